@@ -1,0 +1,30 @@
+/*
+ * Where chime's memory comes from. By default the node pool and the slot tables are allocated with
+ * jemalloc's non-standard API (mallocx/sdallocx), so chime gets jemalloc's size classes and arenas
+ * without replacing the application's malloc; `-Dallocator=system` uses the C library instead, which
+ * is what the sanitizer and valgrind builds use so that every allocation is tracked.
+ * Sizes passed here are never 0 (mallocx(0) is undefined).
+ */
+#ifndef CHIME_ALLOC_H
+#define CHIME_ALLOC_H
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(CHIME_USE_JEMALLOC) && CHIME_USE_JEMALLOC
+#include <jemalloc/jemalloc.h>
+
+static inline void *chime__alloc(size_t size) { return mallocx(size, 0); }
+static inline void *chime__alloc_zeroed(size_t size) { return mallocx(size, MALLOCX_ZERO); }
+static inline void *chime__realloc(void *ptr, size_t size) { return ptr ? rallocx(ptr, size, 0) : mallocx(size, 0); }
+/* sdallocx: jemalloc skips the size lookup when it is told the size. */
+static inline void chime__free(void *ptr, size_t size) { if (ptr) sdallocx(ptr, size, 0); }
+#else
+static inline void *chime__alloc(size_t size) { return malloc(size); }
+static inline void *chime__alloc_zeroed(size_t size) { return calloc(1, size); }
+static inline void *chime__realloc(void *ptr, size_t size) { return realloc(ptr, size); }
+static inline void chime__free(void *ptr, size_t size) { (void)size; free(ptr); }
+#endif
+
+#endif /* CHIME_ALLOC_H */
