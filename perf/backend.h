@@ -12,6 +12,12 @@
  *     sets now = T; a reschedule takes a new sequence number;
  *   - next() reports a time <= the earliest effective deadline (exact for the baselines), or
  *     -ENOENT when nothing is pending.
+ * And inside callbacks (perf/check_baselines.c checks the three agree):
+ *   - a firing timer's handle is already dead; while its callback runs, now is max(now, its
+ *     effective deadline), and that is the "now" of any (re)schedule the callback makes;
+ *   - a timer a callback (re)schedules for a tick not after that now fires in the next advance,
+ *     not this one; one due later but by the advance's target fires in this advance;
+ *   - advance() called from a callback does nothing and returns 0.
  */
 #ifndef CHIME_PERF_BACKEND_H
 #define CHIME_PERF_BACKEND_H

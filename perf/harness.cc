@@ -7,7 +7,7 @@
 // Per-iteration setup is never timed: batch workloads time their batch with a steady clock
 // (UseManualTime), so the untimed setup around it costs wall time only.
 //
-// Usage: chime-perf [--quick] [google-benchmark flags]. docs/perf.md explains the output.
+// Usage: chime-perf [--quick] [--aged] [google-benchmark flags]. docs/perf.md explains the output.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -20,6 +20,8 @@
 #include <numeric>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "chime.h"
 #include "heap.h"
@@ -410,6 +412,9 @@ void register_all(const std::vector<int64_t> &grid) {
 // median across repetitions when there are repetitions.
 class SummaryReporter : public benchmark::ConsoleReporter {
  public:
+  // A reporter passed in does not see --benchmark_color: colour exactly when stdout is a terminal.
+  SummaryReporter() : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_Defaults : OO_Tabular) {}
+
   void ReportRuns(const std::vector<Run> &runs) override {
     for (const Run &r : runs) take(r);
     ConsoleReporter::ReportRuns(runs);
@@ -519,25 +524,31 @@ std::string cpu_model() {
 }  // namespace
 
 int main(int argc, char **argv) {
-  // --quick: N = 10^3 and 10^4 only and a short minimum time per benchmark, for CI smoke runs.
+  // --quick: N = 10^3 and 10^4 only, one short repetition each: CI's smoke run, a few seconds.
   // --aged: shuffled free lists (see g_aged).
   bool quick = false;
-  bool min_time_given = false;
-  std::vector<char *> args;
-  for (int i = 0; i < argc; i++) {
-    if (!std::strcmp(argv[i], "--quick")) {
+  std::vector<char *> user;
+  for (int i = 1; i < argc; i++) {
+    if (!std::strcmp(argv[i], "--quick"))
       quick = true;
-      continue;
-    }
-    if (!std::strcmp(argv[i], "--aged")) {
+    else if (!std::strcmp(argv[i], "--aged"))
       g_aged = true;
-      continue;
-    }
-    if (!std::strncmp(argv[i], "--benchmark_min_time", 20)) min_time_given = true;
-    args.push_back(argv[i]);
+    else
+      user.push_back(argv[i]);
   }
-  static char quick_min_time[] = "--benchmark_min_time=0.02";
-  if (quick && !min_time_given) args.push_back(quick_min_time);
+  // The defaults go first, so that the same flags given on the command line override them. A full
+  // run takes the median of three repetitions, interleaved at random so that a burst of load on a
+  // shared machine spreads over all structures instead of falling on one (about 5 minutes here).
+  static char full_reps[] = "--benchmark_repetitions=3", full_time[] = "--benchmark_min_time=0.2",
+              full_interleave[] = "--benchmark_enable_random_interleaving=true",
+              full_aggregates[] = "--benchmark_display_aggregates_only=true",
+              quick_time[] = "--benchmark_min_time=0.02";
+  std::vector<char *> args{argv[0]};
+  if (quick)
+    args.push_back(quick_time);
+  else
+    args.insert(args.end(), {full_reps, full_time, full_interleave, full_aggregates});
+  args.insert(args.end(), user.begin(), user.end());
   int nargs = int(args.size());
   args.push_back(nullptr);
   benchmark::Initialize(&nargs, args.data());

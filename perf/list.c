@@ -126,28 +126,34 @@ int perf_list_schedule(perf_list *l, uint64_t deadline, chime_fn *fn, void *arg,
     return 0;
 }
 
-int perf_list_cancel(perf_list *l, uint64_t handle)
+/* Unlink the timer handle names, leaving its slot live. Return: 0; -ENOENT; -EINVAL. */
+static int detach(perf_list *l, uint64_t handle, uint32_t *slot)
 {
     if (!l)
         return -EINVAL;
-    uint32_t slot = perf_slots_find(&l->slots, handle);
-    if (slot == PERF_NIL)
+    *slot = perf_slots_find(&l->slots, handle);
+    if (*slot == PERF_NIL)
         return -ENOENT;
-    unlink_at(l->e, slot + FIRST);
-    perf_slots_give(&l->slots, slot);
+    unlink_at(l->e, *slot + FIRST);
     return 0;
+}
+
+int perf_list_cancel(perf_list *l, uint64_t handle)
+{
+    uint32_t slot;
+    int err = detach(l, handle, &slot);
+    if (!err)
+        perf_slots_give(&l->slots, slot);
+    return err;
 }
 
 int perf_list_reschedule(perf_list *l, uint64_t handle, uint64_t deadline)
 {
-    if (!l)
-        return -EINVAL;
-    uint32_t slot = perf_slots_find(&l->slots, handle);
-    if (slot == PERF_NIL)
-        return -ENOENT;
-    unlink_at(l->e, slot + FIRST);
-    attach(l, slot, deadline);
-    return 0;
+    uint32_t slot;
+    int err = detach(l, handle, &slot);
+    if (!err)
+        attach(l, slot, deadline);
+    return err;
 }
 
 size_t perf_list_advance(perf_list *l, uint64_t now)
