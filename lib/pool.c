@@ -11,7 +11,7 @@ void chime__pool_init(struct chime__pool *p)
 }
 
 /* Add one chunk and thread its nodes onto the free list in index order. */
-static int pool_grow(struct chime__pool *p)
+int chime__pool_grow(struct chime__pool *p)
 {
     if (p->nchunks == (CHIME__MAX_NODES >> CHIME__CHUNK_SHIFT))
         return -ENOMEM; /* the next chunk would reach index CHIME__NIL */
@@ -37,31 +37,6 @@ static int pool_grow(struct chime__pool *p)
     p->chunks[p->nchunks++] = chunk;
     p->free_head = first;
     return 0;
-}
-
-int chime__pool_take(struct chime__pool *p, uint32_t *idx)
-{
-    if (p->free_head == CHIME__NIL) {
-        int err = pool_grow(p);
-        if (err)
-            return err;
-    }
-    *idx = p->free_head;
-    p->free_head = chime__pool_at(p, *idx)->next;
-    p->used++;
-    return 0;
-}
-
-void chime__pool_give(struct chime__pool *p, uint32_t idx)
-{
-    struct chime__node *n = chime__pool_at(p, idx);
-    n->gen = n->gen + 1 ? n->gen + 1 : 1; /* 0 is skipped: no id is ever 0 */
-    n->where = CHIME__WHERE_FREE;
-    n->fn = NULL;
-    n->arg = NULL;
-    n->next = p->free_head;
-    p->free_head = idx;
-    p->used--;
 }
 
 void chime__pool_destroy(struct chime__pool *p)

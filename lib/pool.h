@@ -77,11 +77,35 @@ static inline uint32_t chime__pool_find(const struct chime__pool *p, chime_id id
 }
 
 void chime__pool_init(struct chime__pool *p);
-/* Take a node (its where is still CHIME__WHERE_FREE). Return: 0, or -ENOMEM. */
-int chime__pool_take(struct chime__pool *p, uint32_t *idx);
-/* Give a node back; every id naming it dies. */
-void chime__pool_give(struct chime__pool *p, uint32_t idx);
+/* Add a chunk of free nodes. Return: 0, or -ENOMEM. */
+int chime__pool_grow(struct chime__pool *p);
 void chime__pool_destroy(struct chime__pool *p);
+
+/* Take a node (its where is still CHIME__WHERE_FREE). Return: 0, or -ENOMEM. Inline: it is on
+ * every schedule, and a call into pool.c cost more than the pop itself. */
+static inline int chime__pool_take(struct chime__pool *p, uint32_t *idx)
+{
+    if (p->free_head == CHIME__NIL) {
+        int err = chime__pool_grow(p);
+        if (err)
+            return err;
+    }
+    *idx = p->free_head;
+    p->free_head = chime__pool_at(p, *idx)->next;
+    p->used++;
+    return 0;
+}
+
+/* Give a node back; every id naming it dies. */
+static inline void chime__pool_give(struct chime__pool *p, uint32_t idx)
+{
+    struct chime__node *n = chime__pool_at(p, idx);
+    n->gen = n->gen + 1 ? n->gen + 1 : 1; /* 0 is skipped: no id is ever 0 */
+    n->where = CHIME__WHERE_FREE;
+    n->next = p->free_head;
+    p->free_head = idx;
+    p->used--;
+}
 /* Nodes the pool holds memory for. */
 static inline size_t chime__pool_capacity(const struct chime__pool *p)
 {

@@ -87,6 +87,7 @@ struct level {
     uint64_t base;      /* first tick of the rotation now is in: now - now % rotation */
     uint64_t last;      /* rotation - 1, or UINT64_MAX when the rotation reaches 2^64 */
     uint64_t span;      /* ticks per slot */
+    uint64_t span_inv;  /* floor((2^64 - 1) / span): slot_of() divides by multiplying */
     uint64_t summary;   /* bit w set iff words[w] != 0 (at most 4096 / 64 = 64 words) */
     uint64_t *words;    /* occupancy: bit s set iff slots[s] is not empty */
     struct list *slots;
@@ -153,10 +154,10 @@ static inline uint32_t first_slot(const struct level *lv)
     return word * 64 + chime__ctz64(lv->words[word]);
 }
 
-static void append(chime_wheel *w, uint16_t where, uint32_t idx)
+/* Append node idx (n) to list l, which where names. */
+static void append_to(chime_wheel *w, struct list *l, uint16_t where, uint32_t idx,
+                      struct chime__node *n)
 {
-    struct list *l = list_of(w, where);
-    struct chime__node *n = node_at(w, idx);
     n->where = where;
     n->next = CHIME__NIL;
     n->prev = l->tail;
@@ -168,6 +169,11 @@ static void append(chime_wheel *w, uint16_t where, uint32_t idx)
             bit_set(w, where >> 12, where & 0xfff);
     }
     l->tail = idx;
+}
+
+static void append(chime_wheel *w, uint16_t where, uint32_t idx)
+{
+    append_to(w, list_of(w, where), where, idx, node_at(w, idx));
 }
 
 static void unlink_node(chime_wheel *w, uint32_t idx)
@@ -188,18 +194,33 @@ static void unlink_node(chime_wheel *w, uint32_t idx)
 }
 
 /*
+ * offset / span without a division instruction (a 64-bit div is a quarter of a schedule's cost).
+ * With m = floor((2^64 - 1) / span), q = floor(offset * m / 2^64) is the quotient or one less, since
+ * offset * m / 2^64 > offset / span - 1 for every offset < 2^64; one compare corrects it.
+ */
+static inline uint32_t slot_of(const struct level *lv, uint64_t offset)
+{
+    __extension__ typedef unsigned __int128 u128; /* gcc and clang; __extension__ for -pedantic */
+    uint64_t q = (uint64_t)(((u128)offset * lv->span_inv) >> 64);
+    if (offset - q * lv->span >= lv->span)
+        q++;
+    return (uint32_t)q;
+}
+
+/*
  * Put a timer with deadline >= now into the lowest level whose current rotation holds it (I1), or on
  * the overflow list. d == now happens only while cascading into the tick being processed: it lands in
  * level 0 at now's own slot, which advance fires next.
  */
-static void place(chime_wheel *w, uint32_t idx)
+static void place(chime_wheel *w, uint32_t idx, struct chime__node *n)
 {
-    uint64_t d = node_at(w, idx)->deadline;
+    uint64_t d = n->deadline;
     for (unsigned i = 0; i < w->nlevels; i++) {
-        const struct level *lv = &w->lv[i];
+        struct level *lv = &w->lv[i];
         uint64_t offset = d - lv->base; /* d >= now >= base: no wrap */
         if (offset <= lv->last) {
-            append(w, slot_where(i, (uint32_t)(offset / lv->span)), idx);
+            uint32_t s = i == 0 ? (uint32_t)offset : slot_of(lv, offset);
+            append_to(w, &lv->slots[s], slot_where(i, s), idx, n);
             return;
         }
     }
@@ -209,11 +230,11 @@ static void place(chime_wheel *w, uint32_t idx)
 }
 
 /* Schedule a node whose deadline is set: due now (the due list) or later (the wheel). */
-static void insert(chime_wheel *w, uint32_t idx)
+static void insert(chime_wheel *w, uint32_t idx, struct chime__node *n)
 {
-    uint64_t d = node_at(w, idx)->deadline;
+    uint64_t d = n->deadline;
     if (d > w->now) {
-        place(w, idx);
+        place(w, idx, n);
         return;
     }
     if (w->due.head == CHIME__NIL || d < w->due_min)
@@ -265,6 +286,7 @@ int chime_wheel_new(chime_wheel **out, const struct chime_wheel_config *cfg)
     for (unsigned i = 0; i < c.levels; i++) {
         struct level *lv = &w->lv[i];
         lv->span = span;
+        lv->span_inv = UINT64_MAX / span;
         lv->nslots = c.slots[i];
         bool reaches_2_64 = span > UINT64_MAX / c.slots[i];
         lv->last = reaches_2_64 ? UINT64_MAX : span * c.slots[i] - 1;
@@ -320,7 +342,7 @@ static int schedule(chime_wheel *w, uint64_t deadline, uint64_t period, chime_fn
     n->period = period;
     n->fn = fn;
     n->arg = arg;
-    insert(w, idx);
+    insert(w, idx, n);
     w->pending++;
     if (id)
         *id = chime__pool_id(&w->pool, idx);
@@ -369,8 +391,9 @@ int chime_wheel_reschedule(chime_wheel *w, chime_id id, uint64_t deadline)
     int err = detach(w, id, &idx);
     if (err)
         return err;
-    node_at(w, idx)->deadline = deadline;
-    insert(w, idx);
+    struct chime__node *n = node_at(w, idx);
+    n->deadline = deadline;
+    insert(w, idx, n);
     return 0;
 }
 
@@ -400,7 +423,7 @@ static size_t fire_list(chime_wheel *w, uint16_t where)
         void *arg = n->arg;
         unlink_node(w, idx);
         if (n->period && rearm(w, n)) {
-            place(w, idx); /* rearm put the deadline after advance_to >= now */
+            place(w, idx, n); /* rearm put the deadline after advance_to >= now */
         } else {
             chime__pool_give(&w->pool, idx);
             w->pending--;
@@ -420,8 +443,9 @@ static void cascade(chime_wheel *w, unsigned i, uint32_t s, uint64_t e)
     bit_clear(w, i, s);
     set_bases(w, i, e); /* e is a multiple of span(i), so of every lower rotation */
     while (idx != CHIME__NIL) {
-        uint32_t next = node_at(w, idx)->next;
-        place(w, idx); /* its deadline is in [e, e + span(i)): a lower level, or level 0 at e */
+        struct chime__node *n = node_at(w, idx);
+        uint32_t next = n->next;
+        place(w, idx, n); /* its deadline is in [e, e + span(i)): a lower level, or level 0 at e */
         idx = next;
     }
 }
@@ -438,7 +462,7 @@ static void refill_from_overflow(chime_wheel *w, uint64_t e)
         uint32_t next = n->next;
         if (n->deadline - e <= top->last) {
             unlink_node(w, idx);
-            place(w, idx);
+            place(w, idx, n);
         } else if (first || n->deadline < w->overflow_min) {
             w->overflow_min = n->deadline;
             first = false;
