@@ -27,7 +27,8 @@
  * slot that digit of d selects. Equivalently: level i is the lowest level whose current rotation,
  * [base(i), base(i) + rotation(i)), contains d, where base(i) = now - now % rotation(i); its slot is
  * (d - base(i)) / span(i). Each level keeps base(i), so placing a timer is a few compares and one
- * division. A deadline at or before now goes to the due list and fires in the next advance.
+ * multiplication by a precomputed reciprocal of span(i) (slot_of). A deadline at or before now goes
+ * to the due list and fires in the next advance.
  *
  * Worked example, default layout, now = 0, d = 1 day 02:03:04.005 = 93 784 005 ms. The digits of d
  * are (day 1, hour 2, min 3, s 4, ms 5); the highest digit that differs from now's (all zero) is the
