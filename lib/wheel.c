@@ -172,11 +172,6 @@ static void append_to(chime_wheel *w, struct list *l, uint16_t where, uint32_t i
     l->tail = idx;
 }
 
-static void append(chime_wheel *w, uint16_t where, uint32_t idx)
-{
-    append_to(w, list_of(w, where), where, idx, node_at(w, idx));
-}
-
 static void unlink_node(chime_wheel *w, uint32_t idx)
 {
     struct chime__node *n = node_at(w, idx);
@@ -227,7 +222,7 @@ static void place(chime_wheel *w, uint32_t idx, struct chime__node *n)
     }
     if (w->overflow.head == CHIME__NIL || d < w->overflow_min)
         w->overflow_min = d;
-    append(w, CHIME__WHERE_OVERFLOW, idx);
+    append_to(w, &w->overflow, CHIME__WHERE_OVERFLOW, idx, n);
 }
 
 /* Schedule a node whose deadline is set: due now (the due list) or later (the wheel). */
@@ -240,7 +235,7 @@ static void insert(chime_wheel *w, uint32_t idx, struct chime__node *n)
     }
     if (w->due.head == CHIME__NIL || d < w->due_min)
         w->due_min = d;
-    append(w, CHIME__WHERE_DUE, idx);
+    append_to(w, &w->due, CHIME__WHERE_DUE, idx, n);
 }
 
 static void set_bases(chime_wheel *w, unsigned below, uint64_t tick)
