@@ -10,6 +10,11 @@
  * the moment its node is freed, whoever reuses the node later. Generations are 32 bits, so an id could
  * be mistaken for a newer one only after its node has been reused 2^32 times.
  *
+ * Memory follows load: chime__pool_trim() gives back chunks whose every node is free. A trimmed chunk
+ * leaves a hole (a NULL entry) in the chunk table, so indices never move and an id naming a node of
+ * the hole is simply not found; when the hole is filled again its generations resume above the
+ * highest the old chunk reached, so no old id comes back to life.
+ *
  * Not thread-safe: the pool belongs to one wheel.
  */
 #ifndef CHIME_POOL_H
@@ -47,9 +52,11 @@ _Static_assert(sizeof(struct chime__node) == 48, "a timer node is 48 bytes");
 _Static_assert(CHIME_MAX_SLOTS <= 4096 && CHIME_MAX_LEVELS <= 8, "where packs level:3 and slot:12");
 
 struct chime__pool {
-    struct chime__node **chunks;
-    uint32_t nchunks;     /* chunks allocated */
-    uint32_t chunks_cap;  /* room in chunks[] */
+    struct chime__node **chunks; /* NULL where a chunk was trimmed (a hole) */
+    uint32_t *gen_floor;  /* per chunk: the generation its nodes start at when it is (re)allocated */
+    uint32_t nchunks;     /* chunk table entries in use, holes included: indices < nchunks << SHIFT */
+    uint32_t live_chunks; /* entries that hold memory */
+    uint32_t chunks_cap;  /* room in chunks[] and gen_floor[] */
     uint32_t free_head;   /* first free node, or CHIME__NIL */
     uint32_t used;        /* nodes handed out and not yet freed */
 };
@@ -68,7 +75,7 @@ static inline chime_id chime__pool_id(const struct chime__pool *p, uint32_t idx)
 static inline uint32_t chime__pool_find(const struct chime__pool *p, chime_id id)
 {
     uint32_t idx = (uint32_t)id;
-    if (idx >= ((uint64_t)p->nchunks << CHIME__CHUNK_SHIFT))
+    if (idx >= ((uint64_t)p->nchunks << CHIME__CHUNK_SHIFT) || !p->chunks[idx >> CHIME__CHUNK_SHIFT])
         return CHIME__NIL;
     const struct chime__node *n = chime__pool_at(p, idx);
     if (n->gen != (uint32_t)(id >> 32) || n->where == CHIME__WHERE_FREE)
@@ -77,8 +84,13 @@ static inline uint32_t chime__pool_find(const struct chime__pool *p, chime_id id
 }
 
 void chime__pool_init(struct chime__pool *p);
-/* Add a chunk of free nodes. Return: 0, or -ENOMEM. */
+/* Add a chunk of free nodes (filling a hole first). Return: 0, or -ENOMEM. */
 int chime__pool_grow(struct chime__pool *p);
+/*
+ * Give back every chunk whose nodes are all free, as long as at least `keep` free nodes remain.
+ * Return: the number of chunks given back. O(capacity): walks the free list and the freed chunks.
+ */
+size_t chime__pool_trim(struct chime__pool *p, size_t keep);
 void chime__pool_destroy(struct chime__pool *p);
 
 /* Take a node (its where is still CHIME__WHERE_FREE). Return: 0, or -ENOMEM. Inline: it is on
@@ -108,6 +120,12 @@ static inline void chime__pool_give(struct chime__pool *p, uint32_t idx)
 }
 /* Nodes the pool holds memory for. */
 static inline size_t chime__pool_capacity(const struct chime__pool *p)
+{
+    return (size_t)p->live_chunks << CHIME__CHUNK_SHIFT;
+}
+
+/* One past the highest index the pool has ever handed out: indices of holes included. */
+static inline size_t chime__pool_index_limit(const struct chime__pool *p)
 {
     return (size_t)p->nchunks << CHIME__CHUNK_SHIFT;
 }

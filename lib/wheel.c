@@ -49,6 +49,9 @@
  *      overflow_min is at most the smallest of their deadlines.
  *  I5. Lists keep insertion order, and cascading walks a list in order and appends: timers with equal
  *      deadlines stay in the order they were scheduled, whatever levels they passed through.
+ *  I6. Only between the calls of a bounded advance (chime__wheel_advance_some, used by the threaded
+ *      runtime to work through a firing storm in batches) may the firing list be non-empty or a
+ *      level-0 slot hold timers due at now; the next advance fires those first.
  *
  * ADVANCING WITHOUT WALKING EMPTY TIME
  * By I1 and I2 the next thing that can happen is in the lowest occupied level, at its first set bit:
@@ -102,6 +105,7 @@ struct chime_wheel {
     uint32_t occupied;     /* bit i set iff level i holds a timer (I3) */
     unsigned nlevels;      /* levels in use (configured levels beyond 2^64 ticks are dropped) */
     bool advancing;
+    bool partial;          /* an advance stopped at its limit: now is the tick being fired (I6) */
     size_t pending;
     struct list due;       /* CHIME__WHERE_DUE: scheduled at or before now */
     struct list firing;    /* CHIME__WHERE_FIRING: the due list as taken by the running advance */
@@ -309,7 +313,11 @@ void chime_wheel_free(chime_wheel *w, chime_fn *on_unfired)
     if (!w)
         return;
     if (on_unfired) {
-        for (size_t i = 0; i < chime__pool_capacity(&w->pool); i++) {
+        for (size_t i = 0; i < chime__pool_index_limit(&w->pool); i++) {
+            if (!w->pool.chunks[i >> CHIME__CHUNK_SHIFT]) {
+                i += CHIME__CHUNK_NODES - 1; /* a trimmed chunk: nothing pending in it */
+                continue;
+            }
             const struct chime__node *n = node_at(w, (uint32_t)i);
             if (n->where != CHIME__WHERE_FREE)
                 on_unfired(n->arg);
@@ -407,13 +415,14 @@ static bool rearm(chime_wheel *w, struct chime__node *n)
     return true;
 }
 
-/* Fire every timer on a list, in order, unlinking each before its callback runs. */
-static size_t fire_list(chime_wheel *w, uint16_t where)
+/* Fire timers from the head of a list, in order, unlinking each before its callback runs, until the
+ * list is empty or `limit` have fired. */
+static size_t fire_list(chime_wheel *w, uint16_t where, size_t limit)
 {
     struct list *l = list_of(w, where);
     size_t fired = 0;
     uint32_t idx;
-    while ((idx = l->head) != CHIME__NIL) {
+    while (fired < limit && (idx = l->head) != CHIME__NIL) {
         struct chime__node *n = node_at(w, idx);
         chime_fn *fn = n->fn;
         void *arg = n->arg;
@@ -495,7 +504,12 @@ static bool next_event(const chime_wheel *w, struct event *ev)
     return false;
 }
 
-size_t chime_wheel_advance(chime_wheel *w, uint64_t now)
+/*
+ * Advance towards now, stopping once `limit` callbacks have run. When it stops early (I6) the wheel's
+ * time is the tick being fired and the unfired rest stays where it is: the firing list, or the
+ * level-0 slot of that tick. The next call carries on from there.
+ */
+static size_t advance(chime_wheel *w, uint64_t now, size_t limit)
 {
     if (now < w->now || w->advancing)
         return 0;
@@ -503,20 +517,27 @@ size_t chime_wheel_advance(chime_wheel *w, uint64_t now)
     w->advance_to = now;
     size_t fired = 0;
 
-    /* What was due before this call, in schedule order; what callbacks add waits for the next. */
-    if (w->due.head != CHIME__NIL) {
+    /* What was due before this call, in schedule order; what callbacks add waits for the next. An
+     * advance that stopped early left the rest of its firing list: that goes first. */
+    if (w->firing.head == CHIME__NIL && w->due.head != CHIME__NIL) {
         w->firing = w->due;
         w->due = (struct list){ CHIME__NIL, CHIME__NIL };
         for (uint32_t idx = w->firing.head; idx != CHIME__NIL; idx = node_at(w, idx)->next)
             node_at(w, idx)->where = CHIME__WHERE_FIRING;
-        fired += fire_list(w, CHIME__WHERE_FIRING);
+    }
+    if (w->firing.head != CHIME__NIL) {
+        fired += fire_list(w, CHIME__WHERE_FIRING, limit);
+        if (w->firing.head != CHIME__NIL)
+            goto stopped;
     }
 
     struct event ev;
     while (next_event(w, &ev) && ev.tick <= now) {
+        if (fired == limit)
+            goto stopped;
         w->now = ev.tick;
         if (ev.level == 0)
-            fired += fire_list(w, slot_where(0, ev.slot));
+            fired += fire_list(w, slot_where(0, ev.slot), limit - fired);
         else if (ev.level < w->nlevels)
             cascade(w, ev.level, ev.slot, ev.tick);
         else
@@ -525,8 +546,36 @@ size_t chime_wheel_advance(chime_wheel *w, uint64_t now)
 
     w->now = now;
     rebase(w, now);
+    w->partial = false;
     w->advancing = false;
     return fired;
+
+stopped:
+    w->partial = true;
+    w->advancing = false;
+    return fired;
+}
+
+size_t chime_wheel_advance(chime_wheel *w, uint64_t now)
+{
+    return advance(w, now, SIZE_MAX);
+}
+
+size_t chime__wheel_advance_some(chime_wheel *w, uint64_t now, size_t limit, bool *done)
+{
+    size_t fired = advance(w, now, limit);
+    *done = !w->partial && w->now == now;
+    return fired;
+}
+
+bool chime__wheel_is_pending(const chime_wheel *w, chime_id id)
+{
+    return chime__pool_find(&w->pool, id) != CHIME__NIL;
+}
+
+size_t chime__wheel_trim(chime_wheel *w, size_t keep)
+{
+    return chime__pool_trim(&w->pool, keep);
 }
 
 int chime_wheel_next(const chime_wheel *w, uint64_t *deadline)
@@ -570,7 +619,8 @@ static const char *check_list(const chime_wheel *w, const struct list *l, uint16
 {
     uint32_t prev = CHIME__NIL;
     for (uint32_t idx = l->head; idx != CHIME__NIL; idx = node_at(w, idx)->next) {
-        CHECK(idx < chime__pool_capacity(&w->pool), "list link outside the pool");
+        CHECK(idx < chime__pool_index_limit(&w->pool) && w->pool.chunks[idx >> CHIME__CHUNK_SHIFT],
+              "list link outside the pool");
         const struct chime__node *n = node_at(w, idx);
         CHECK(n->where == where, "node's where does not name the list holding it");
         CHECK(n->prev == prev, "prev link does not match");
@@ -585,7 +635,7 @@ const char *chime__wheel_check(const chime_wheel *w)
 {
     size_t count = 0;
     const char *err;
-    if (!w->advancing)
+    if (!w->advancing && !w->partial)
         CHECK(w->firing.head == CHIME__NIL, "firing list not empty outside advance");
     if ((err = check_list(w, &w->due, CHIME__WHERE_DUE, &count)))
         return err;
@@ -615,7 +665,8 @@ const char *chime__wheel_check(const chime_wheel *w)
                     return err;
                 for (uint32_t idx = l->head; idx != CHIME__NIL; idx = node_at(w, idx)->next) {
                     uint64_t d = node_at(w, idx)->deadline;
-                    CHECK(d > w->now || (w->advancing && d == w->now), "timer in the wheel is due");
+                    CHECK(d > w->now || ((w->advancing || w->partial) && d == w->now && i == 0),
+                          "timer in the wheel is due");
                     CHECK(d - lv->base <= lv->last, "timer outside its level's rotation");
                     CHECK(i == 0 || d - w->lv[i - 1].base > w->lv[i - 1].last,
                           "timer fits a lower level");
@@ -643,7 +694,8 @@ const char *chime__wheel_check_pool(const chime_wheel *w)
 {
     size_t free_count = 0;
     for (uint32_t idx = w->pool.free_head; idx != CHIME__NIL; idx = node_at(w, idx)->next) {
-        CHECK(idx < chime__pool_capacity(&w->pool), "free list link outside the pool");
+        CHECK(idx < chime__pool_index_limit(&w->pool) && w->pool.chunks[idx >> CHIME__CHUNK_SHIFT],
+              "free list link outside the pool");
         CHECK(node_at(w, idx)->where == CHIME__WHERE_FREE, "free list holds a live node");
         CHECK(++free_count <= chime__pool_capacity(&w->pool), "free list cycles");
     }

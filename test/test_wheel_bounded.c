@@ -1,0 +1,195 @@
+/* The wheel's internal entry points for the threaded runtime: bounded advance, is_pending, trim. */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <errno.h>
+
+#include "chime.h"
+#include "log.h"
+#include "pool.h"
+#include "wheel.h"
+
+static chime_wheel *w;
+
+static void setup(void)
+{
+    cr_assert(eq(int, chime_wheel_new(&w, NULL), 0));
+    log_reset(w);
+}
+
+static void teardown(void)
+{
+    cr_assert(chime__wheel_check(w) == NULL, "%s", chime__wheel_check(w));
+    cr_assert(chime__wheel_check_pool(w) == NULL, "%s", chime__wheel_check_pool(w));
+    chime_wheel_free(w, NULL);
+}
+
+TestSuite(bounded, .init = setup, .fini = teardown);
+
+static chime_id at(uint64_t deadline, uintptr_t tag)
+{
+    chime_id id = 0;
+    cr_assert(eq(int, chime_wheel_schedule(w, deadline, log_fire, TAG(tag), &id), 0));
+    return id;
+}
+
+static void check(void)
+{
+    const char *err = chime__wheel_check(w);
+    cr_assert(err == NULL, "%s", err);
+}
+
+Test(bounded, a_storm_at_one_tick_fires_in_batches_in_schedule_order)
+{
+    enum { N = 1000, BATCH = 64 };
+    for (uintptr_t i = 0; i < N; i++)
+        at(500, i);
+    bool done = false;
+    size_t calls = 0;
+    while (!done) {
+        size_t fired = chime__wheel_advance_some(w, 900, BATCH, &done);
+        cr_assert(le(sz, fired, BATCH));
+        cr_assert(done || fired == BATCH, "a batch stopped short without reaching now");
+        check(); /* I6 holds between batches */
+        if (!done)
+            cr_assert(eq(u64, chime_wheel_now(w), 500), "stopped inside the storm's tick");
+        calls++;
+    }
+    cr_assert(eq(sz, calls, (N + BATCH - 1) / BATCH));
+    cr_assert(eq(u64, chime_wheel_now(w), 900));
+    cr_assert(eq(sz, fired_count, N));
+    for (size_t i = 0; i < N; i++)
+        cr_assert(eq(u64, fired_log[i].tag, i));
+}
+
+Test(bounded, a_cancel_between_batches_stops_a_timer_not_yet_fired)
+{
+    chime_id ids[10];
+    for (uintptr_t i = 0; i < 10; i++)
+        ids[i] = at(7, i);
+    bool done;
+    cr_assert(eq(sz, chime__wheel_advance_some(w, 7, 4, &done), 4));
+    cr_assert(not(done));
+    cr_assert(eq(int, chime_wheel_cancel(w, ids[2]), -ENOENT), "already fired");
+    cr_assert(eq(int, chime_wheel_cancel(w, ids[5]), 0));
+    cr_assert(eq(int, chime_wheel_cancel(w, ids[9]), 0));
+    cr_assert(eq(sz, chime__wheel_advance_some(w, 7, 100, &done), 4));
+    cr_assert(done);
+    const uintptr_t want[] = { 0, 1, 2, 3, 4, 6, 7, 8 };
+    cr_assert(eq(sz, fired_count, 8));
+    for (size_t i = 0; i < 8; i++)
+        cr_assert(eq(u64, fired_log[i].tag, want[i]));
+}
+
+Test(bounded, the_due_list_is_also_bounded_and_later_ticks_wait)
+{
+    chime_wheel_advance(w, 100);
+    for (uintptr_t i = 0; i < 6; i++)
+        at(50, i); /* past: the due list */
+    at(150, 6);
+    bool done;
+    cr_assert(eq(sz, chime__wheel_advance_some(w, 200, 4, &done), 4));
+    cr_assert(not(done));
+    check();
+    uint64_t next;
+    cr_assert(eq(int, chime_wheel_next(w, &next), 0));
+    cr_assert(le(u64, next, chime_wheel_now(w)), "the rest is due now");
+    cr_assert(eq(sz, chime__wheel_advance_some(w, 200, 4, &done), 3));
+    cr_assert(done);
+    for (size_t i = 0; i < 7; i++)
+        cr_assert(eq(u64, fired_log[i].tag, i));
+    cr_assert(eq(u64, fired_log[6].now, 150));
+}
+
+Test(bounded, a_limit_reached_exactly_at_the_end_is_done)
+{
+    at(10, 0);
+    at(20, 1);
+    bool done;
+    cr_assert(eq(sz, chime__wheel_advance_some(w, 30, 2, &done), 2));
+    cr_assert(done);
+    cr_assert(eq(u64, chime_wheel_now(w), 30));
+}
+
+Test(bounded, a_limit_reached_before_a_cascade_stops_before_it)
+{
+    at(10, 0);
+    at(5 * 1000 + 3, 1); /* level 1: cascades at 5000 */
+    bool done;
+    cr_assert(eq(sz, chime__wheel_advance_some(w, 10000, 1, &done), 1));
+    cr_assert(not(done));
+    check();
+    cr_assert(eq(sz, chime__wheel_advance_some(w, 10000, 1, &done), 1));
+    cr_assert(done);
+    cr_assert(eq(u64, fired_log[1].now, 5003));
+}
+
+Test(bounded, is_pending_follows_a_timers_life)
+{
+    chime_id id = at(10, 0);
+    cr_assert(chime__wheel_is_pending(w, id));
+    cr_assert(not(chime__wheel_is_pending(w, id + (UINT64_C(1) << 32))));
+    cr_assert(not(chime__wheel_is_pending(w, 0)));
+    chime_wheel_advance(w, 10);
+    cr_assert(not(chime__wheel_is_pending(w, id)));
+    chime_id every;
+    cr_assert(eq(int, chime_wheel_schedule_every(w, 20, 5, log_fire, TAG(1), &every), 0));
+    chime_wheel_advance(w, 30);
+    cr_assert(chime__wheel_is_pending(w, every), "a periodic timer stays pending");
+}
+
+TestSuite(trim, .init = setup, .fini = teardown);
+
+static size_t counted;
+static void count(void *arg)
+{
+    (void)arg;
+    counted++;
+}
+
+static chime_id counted_at(uint64_t deadline)
+{
+    chime_id id = 0;
+    cr_assert(eq(int, chime_wheel_schedule(w, deadline, count, NULL, &id), 0));
+    return id;
+}
+
+Test(trim, gives_back_chunks_once_their_timers_are_gone)
+{
+    enum { N = 5 * CHIME__CHUNK_NODES };
+    static chime_id ids[N];
+    for (size_t i = 0; i < N; i++)
+        ids[i] = counted_at(1000 + i);
+    cr_assert(eq(sz, chime__wheel_trim(w, 0), 0), "every chunk is in use");
+    for (size_t i = 0; i < N; i++)
+        if (i % 2 == 0 || i >= CHIME__CHUNK_NODES)
+            cr_assert(eq(int, chime_wheel_cancel(w, ids[i]), 0));
+    for (size_t i = 1; i < CHIME__CHUNK_NODES; i += 2)
+        cr_assert(chime__wheel_is_pending(w, ids[i]));
+    /* Chunk 0 still holds N/2/5 timers; chunks 1-4 are empty. Keep one chunk's worth spare. */
+    cr_assert(eq(sz, chime__wheel_trim(w, CHIME__CHUNK_NODES), 3));
+    check();
+    for (size_t i = CHIME__CHUNK_NODES; i < N; i++)
+        cr_assert(not(chime__wheel_is_pending(w, ids[i])), "a trimmed chunk's id: %zu", i);
+    /* The odd timers of chunk 0 still fire; the trimmed chunks' memory comes back for new ones. */
+    for (size_t i = 0; i < 2 * CHIME__CHUNK_NODES; i++)
+        counted_at(500000 + i);
+    check();
+    for (size_t i = 0; i < N; i++)
+        if (i % 2 == 0 || i >= CHIME__CHUNK_NODES)
+            cr_assert(not(chime__wheel_is_pending(w, ids[i])), "an old id revived: %zu", i);
+    chime_wheel_advance(w, 2000000);
+    cr_assert(eq(sz, counted, CHIME__CHUNK_NODES / 2 + 2 * CHIME__CHUNK_NODES));
+    cr_assert(eq(sz, chime_wheel_pending(w), 0));
+    /* 2 chunks were kept; 2 * CHUNK new timers needed one more (1.5 chunks were free). */
+    cr_assert(eq(sz, chime__wheel_trim(w, 0), 3), "every chunk is free at the end");
+}
+
+Test(trim, keeps_what_it_is_told_to_keep)
+{
+    for (size_t i = 0; i < 3 * CHIME__CHUNK_NODES; i++)
+        counted_at(10);
+    chime_wheel_advance(w, 10);
+    cr_assert(eq(sz, chime__wheel_trim(w, 2 * CHIME__CHUNK_NODES), 1));
+    cr_assert(eq(sz, chime__wheel_trim(w, 2 * CHIME__CHUNK_NODES), 0));
+    cr_assert(eq(sz, chime__wheel_trim(w, 0), 2));
+}
