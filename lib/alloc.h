@@ -20,11 +20,21 @@ static inline void *chime__alloc_zeroed(size_t size) { return mallocx(size, MALL
 static inline void *chime__realloc(void *ptr, size_t size) { return ptr ? rallocx(ptr, size, 0) : mallocx(size, 0); }
 /* sdallocx: jemalloc skips the size lookup when it is told the size. */
 static inline void chime__free(void *ptr, size_t size) { if (ptr) sdallocx(ptr, size, 0); }
+/* Zeroed and aligned (align a power of two): for structures with cache-line-aligned members. */
+static inline void *chime__alloc_aligned(size_t size, size_t align) { return mallocx(size, MALLOCX_ALIGN(align) | MALLOCX_ZERO); }
+static inline void chime__free_aligned(void *ptr, size_t size, size_t align) { if (ptr) sdallocx(ptr, size, MALLOCX_ALIGN(align)); }
 #else
 static inline void *chime__alloc(size_t size) { return malloc(size); }
 static inline void *chime__alloc_zeroed(size_t size) { return calloc(1, size); }
 static inline void *chime__realloc(void *ptr, size_t size) { return realloc(ptr, size); }
 static inline void chime__free(void *ptr, size_t size) { (void)size; free(ptr); }
+static inline void *chime__alloc_aligned(size_t size, size_t align)
+{
+    size = (size + align - 1) / align * align; /* aligned_alloc wants a multiple of the alignment */
+    void *p = aligned_alloc(align, size);
+    return p ? memset(p, 0, size) : NULL;
+}
+static inline void chime__free_aligned(void *ptr, size_t size, size_t align) { (void)size; (void)align; free(ptr); }
 #endif
 
 #endif /* CHIME_ALLOC_H */

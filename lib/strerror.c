@@ -13,6 +13,7 @@ CHIME_API const char *chime_strerror(int err)
     case -EAGAIN: return "too many pending timers";
     case -ESHUTDOWN: return "timer is stopped";
     case -EDEADLK: return "would deadlock: called from a callback";
+    case -ERANGE: return "deadline beyond the clock's range";
     default: return "unknown error";
     }
 }

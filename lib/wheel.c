@@ -578,6 +578,11 @@ size_t chime__wheel_trim(chime_wheel *w, size_t keep)
     return chime__pool_trim(&w->pool, keep);
 }
 
+size_t chime__wheel_capacity(const chime_wheel *w)
+{
+    return chime__pool_capacity(&w->pool);
+}
+
 int chime_wheel_next(const chime_wheel *w, uint64_t *deadline)
 {
     if (!w || !deadline)

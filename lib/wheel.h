@@ -21,6 +21,9 @@ bool chime__wheel_is_pending(const chime_wheel *w, chime_id id);
  * O(pool capacity): call it when load has dropped, not on every step. */
 size_t chime__wheel_trim(chime_wheel *w, size_t keep);
 
+/* Nodes the wheel's pool holds memory for. O(1). */
+size_t chime__wheel_capacity(const chime_wheel *w);
+
 /*
  * Walk the whole wheel and verify its invariants (I1-I5 in wheel.c, the pool's free list, the
  * pending count). Return: NULL if all hold, else a static description of the first that does not.
