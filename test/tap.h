@@ -1,0 +1,52 @@
+/*
+ * A minimal TAP producer for the tests that cannot use Criterion: Criterion does not start under
+ * ThreadSanitizer (Snaipe/Criterion#274), and the runtime's tests must run under TSan.
+ *
+ * Each test is a function; CHECK prints the failing condition and ends the program with "not ok", so a
+ * failed test never runs on into the next one with a runtime left in an unknown state.
+ */
+#ifndef CHIME_TEST_TAP_H
+#define CHIME_TEST_TAP_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+struct tap_test {
+    const char *name;
+    void (*fn)(void);
+};
+
+static int tap_current;
+static const char *tap_current_name;
+
+#define CHECK(cond, ...)                                                                          \
+    do {                                                                                          \
+        if (!(cond)) {                                                                            \
+            printf("not ok %d - %s\n# %s:%d: %s\n# ", tap_current, tap_current_name, __FILE__,    \
+                   __LINE__, #cond);                                                              \
+            printf(__VA_ARGS__);                                                                  \
+            printf("\n");                                                                         \
+            fflush(stdout);                                                                       \
+            exit(1);                                                                              \
+        }                                                                                         \
+    } while (0)
+
+#define CHECK_EQ(got, want)                                                                       \
+    CHECK((long long)(got) == (long long)(want), "got %lld, want %lld", (long long)(got),         \
+          (long long)(want))
+
+static inline int tap_run(const struct tap_test *tests, int n)
+{
+    printf("1..%d\n", n);
+    fflush(stdout);
+    for (int i = 0; i < n; i++) {
+        tap_current = i + 1;
+        tap_current_name = tests[i].name;
+        tests[i].fn();
+        printf("ok %d - %s\n", i + 1, tests[i].name);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+#endif /* CHIME_TEST_TAP_H */

@@ -1,0 +1,696 @@
+/*
+ * Functional tests of the threaded runtime, deterministic: the runtime runs on an injected clock the
+ * test moves by hand, and chime__timer_sync waits for the advancing thread to catch up, so no test
+ * sleeps or depends on how fast anything runs. (A plain TAP program: see tap.h.)
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "chime.h"
+#include "records.h"
+#include "runtime.h"
+#include "tap.h"
+
+#define MS UINT64_C(1000000)
+
+static _Atomic uint64_t fake_now;
+static uint64_t fake_clock(void *arg)
+{
+    (void)arg;
+    return atomic_load_explicit(&fake_now, memory_order_relaxed);
+}
+
+static chime_timer *start(const struct chime_timer_config *cfg, uint64_t now)
+{
+    atomic_store(&fake_now, now);
+    chime_timer *t = NULL;
+    CHECK_EQ(chime__timer_new_clocked(&t, cfg, fake_clock, NULL), 0);
+    return t;
+}
+
+/* Move the clock and let the advancing thread catch up with it. */
+static void set_time(chime_timer *t, uint64_t now)
+{
+    atomic_store(&fake_now, now);
+    chime__timer_sync(t);
+}
+
+/* A log of callbacks: which tag ran, and what the clock said. */
+#define LOG_MAX 4096
+static _Atomic size_t log_n;
+static uintptr_t log_tag[LOG_MAX];
+static uint64_t log_time[LOG_MAX];
+
+static void log_reset(void)
+{
+    atomic_store(&log_n, 0);
+}
+
+static void log_fire(void *arg)
+{
+    size_t i = atomic_fetch_add(&log_n, 1);
+    if (i < LOG_MAX) {
+        log_tag[i] = (uintptr_t)arg;
+        log_time[i] = fake_clock(NULL);
+    }
+}
+
+#define TAG(x) ((void *)(uintptr_t)(x))
+
+static void expect_stats(chime_timer *t, uint64_t scheduled, uint64_t fired, uint64_t cancelled,
+                         uint64_t unfired)
+{
+    struct chime_stats st;
+    chime_timer_stats(t, &st);
+    CHECK(st.scheduled == scheduled && st.fired == fired && st.cancelled == cancelled &&
+              st.unfired == unfired,
+          "stats scheduled %llu fired %llu cancelled %llu unfired %llu, want %llu %llu %llu %llu",
+          (unsigned long long)st.scheduled, (unsigned long long)st.fired,
+          (unsigned long long)st.cancelled, (unsigned long long)st.unfired,
+          (unsigned long long)scheduled, (unsigned long long)fired, (unsigned long long)cancelled,
+          (unsigned long long)unfired);
+    CHECK_EQ(st.pending, scheduled - fired - cancelled - unfired);
+}
+
+/* ---- creation and bad input ---- */
+
+static void new_rejects_bad_arguments(void)
+{
+    chime_timer *t = (chime_timer *)&t; /* must stay untouched */
+    CHECK_EQ(chime_timer_new(NULL, NULL), -EINVAL);
+    struct chime_timer_config c = { .workers = CHIME_MAX_WORKERS + 1 };
+    CHECK_EQ(chime_timer_new(&t, &c), -EINVAL);
+    c = (struct chime_timer_config){ .levels = 2, .slots = { 8, 1 } };
+    CHECK_EQ(chime_timer_new(&t, &c), -EINVAL);
+    c = (struct chime_timer_config){ .levels = CHIME_MAX_LEVELS + 1 };
+    CHECK_EQ(chime_timer_new(&t, &c), -EINVAL);
+    CHECK(t == (chime_timer *)&t, "out was written on error");
+}
+
+static void noop(void *arg)
+{
+    (void)arg;
+}
+
+static void bad_input_is_a_clear_error_and_schedules_nothing(void)
+{
+    chime_timer *t = start(NULL, 1000 * MS);
+    chime_id id = 12345;
+    CHECK_EQ(chime_timer_schedule(NULL, 1, noop, NULL, &id), -EINVAL);
+    CHECK_EQ(chime_timer_schedule(t, 1, NULL, NULL, &id), -EINVAL);
+    CHECK_EQ(chime_timer_schedule_at(t, 1, NULL, NULL, &id), -EINVAL);
+    CHECK_EQ(chime_timer_schedule_at(NULL, 1, noop, NULL, &id), -EINVAL);
+    CHECK_EQ(chime_timer_schedule_every(t, 1, 0, noop, NULL, &id), -EINVAL);
+    CHECK_EQ(chime_timer_schedule_every(t, 1, 5, NULL, NULL, &id), -EINVAL);
+    CHECK_EQ(chime_timer_schedule(t, UINT64_MAX, noop, NULL, &id), -ERANGE);
+    CHECK_EQ(chime_timer_schedule(t, UINT64_MAX - 1000 * MS + 1, noop, NULL, &id), -ERANGE);
+    CHECK_EQ(chime_timer_schedule_every(t, UINT64_MAX, 1, noop, NULL, &id), -ERANGE);
+    CHECK_EQ(id, 12345);
+    CHECK_EQ(chime_timer_cancel(NULL, 1), -EINVAL);
+    CHECK_EQ(chime_timer_reschedule(NULL, 1, 1), -EINVAL);
+    CHECK_EQ(chime_timer_stop(NULL, CHIME_STOP_NOW, NULL), -EINVAL);
+    CHECK_EQ(chime_timer_stop(t, (enum chime_stop)0, NULL), -EINVAL);
+    CHECK_EQ(chime_timer_stop(t, (enum chime_stop)7, NULL), -EINVAL);
+    /* Forged, zero and out-of-range ids. */
+    const chime_id forged[] = { 0, 1, UINT64_C(1) << 32, UINT64_MAX, (UINT64_C(7) << 32) | 5,
+                                (UINT64_C(1) << 32) | (CHIME__REC_CHUNK * 3), UINT32_MAX };
+    for (size_t i = 0; i < sizeof(forged) / sizeof(forged[0]); i++) {
+        CHECK_EQ(chime_timer_cancel(t, forged[i]), -ENOENT);
+        CHECK_EQ(chime_timer_reschedule(t, forged[i], 1), -ENOENT);
+    }
+    chime__timer_sync(t);
+    expect_stats(t, 0, 0, 0, 0);
+    chime_timer_free(t);
+}
+
+/* ---- firing ---- */
+
+static void a_timer_fires_on_its_tick_and_never_early(void)
+{
+    chime_timer *t = start(NULL, 10 * MS);
+    log_reset();
+    chime_id id;
+    CHECK_EQ(chime_timer_schedule(t, 2 * MS + MS / 2, log_fire, TAG(1), &id), 0); /* 12.5 ms */
+    CHECK(id != 0, "id 0");
+    set_time(t, 12 * MS);
+    CHECK_EQ(atomic_load(&log_n), 0);
+    set_time(t, 13 * MS - 1);
+    CHECK_EQ(atomic_load(&log_n), 0); /* 12.5 rounds up to the 13 ms tick */
+    set_time(t, 13 * MS);
+    CHECK_EQ(atomic_load(&log_n), 1);
+    CHECK_EQ(log_tag[0], 1);
+    CHECK(log_time[0] >= 12 * MS + MS / 2, "fired early at %llu", (unsigned long long)log_time[0]);
+    set_time(t, 100 * MS);
+    CHECK_EQ(atomic_load(&log_n), 1);
+    CHECK_EQ(chime_timer_cancel(t, id), -ENOENT);
+    expect_stats(t, 1, 1, 0, 0);
+    struct chime_stats st;
+    chime_timer_stats(t, &st);
+    CHECK_EQ(st.runs, 1);
+    CHECK_EQ(st.late_max_ns, MS / 2); /* deadline 12.5 ms, started at 13 ms on the injected clock */
+    CHECK_EQ(st.late_hist[9], 1);     /* 500 us: [256, 512) us */
+    chime_timer_free(t);
+}
+
+static void schedules_from_one_thread_fire_in_their_order(void)
+{
+    chime_timer *t = start(NULL, 0);
+    log_reset();
+    for (uintptr_t i = 0; i < 100; i++)
+        CHECK_EQ(chime_timer_schedule(t, 5 * MS, log_fire, TAG(i), NULL), 0);
+    CHECK_EQ(chime_timer_schedule_at(t, 0, log_fire, TAG(1000), NULL), 0); /* already past */
+    set_time(t, 0);
+    CHECK_EQ(atomic_load(&log_n), 1);
+    CHECK_EQ(log_tag[0], 1000);
+    set_time(t, 5 * MS);
+    CHECK_EQ(atomic_load(&log_n), 101);
+    for (size_t i = 0; i < 100; i++)
+        CHECK_EQ(log_tag[1 + i], i);
+    chime_timer_free(t);
+}
+
+/* ---- cancel ---- */
+
+static void cancel_before_the_deadline_wins_and_after_it_loses(void)
+{
+    chime_timer *t = start(NULL, 0);
+    log_reset();
+    chime_id a, b;
+    CHECK_EQ(chime_timer_schedule(t, 5 * MS, log_fire, TAG(1), &a), 0);
+    CHECK_EQ(chime_timer_schedule(t, 5 * MS, log_fire, TAG(2), &b), 0);
+    CHECK_EQ(chime_timer_cancel(t, a), 0); /* maybe before the advancing thread saw it at all */
+    set_time(t, 1 * MS);
+    CHECK_EQ(chime_timer_cancel(t, a), -ENOENT);
+    set_time(t, 5 * MS);
+    CHECK_EQ(atomic_load(&log_n), 1);
+    CHECK_EQ(log_tag[0], 2);
+    CHECK_EQ(chime_timer_cancel(t, b), -ENOENT);
+    expect_stats(t, 2, 1, 1, 0);
+    chime_timer_free(t);
+}
+
+static chime_timer *cb_timer;
+static chime_id cb_id;
+static _Atomic int cb_result = 1;
+static _Atomic int cb_runs;
+
+static void cancel_myself(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&cb_runs, 1);
+    atomic_store(&cb_result, chime_timer_cancel(cb_timer, cb_id));
+}
+
+static void a_callback_cannot_cancel_its_one_shot_but_ends_its_periodic_timer(void)
+{
+    chime_timer *t = start(NULL, 0);
+    cb_timer = t;
+    atomic_store(&cb_runs, 0);
+    CHECK_EQ(chime_timer_schedule(t, 1 * MS, cancel_myself, NULL, &cb_id), 0);
+    set_time(t, 1 * MS);
+    CHECK_EQ(atomic_load(&cb_runs), 1);
+    CHECK_EQ(atomic_load(&cb_result), -ENOENT); /* already firing */
+
+    atomic_store(&cb_runs, 0);
+    CHECK_EQ(chime_timer_schedule_every(t, 1 * MS, 1 * MS, cancel_myself, NULL, &cb_id), 0);
+    set_time(t, 2 * MS);
+    CHECK_EQ(atomic_load(&cb_result), 0);
+    set_time(t, 10 * MS);
+    CHECK_EQ(atomic_load(&cb_runs), 1);
+    expect_stats(t, 2, 1, 1, 0);
+    chime_timer_free(t);
+}
+
+static void the_id_is_written_before_the_callback_can_run(void)
+{
+    chime_timer *t = start(NULL, 0);
+    cb_timer = t;
+    atomic_store(&cb_runs, 0);
+    /* Due at once: the callback may run before schedule returns, and reads cb_id. */
+    CHECK_EQ(chime_timer_schedule_every(t, 0, 1 * MS, cancel_myself, NULL, &cb_id), 0);
+    set_time(t, 0);
+    set_time(t, 5 * MS);
+    CHECK_EQ(atomic_load(&cb_runs), 1);
+    CHECK_EQ(atomic_load(&cb_result), 0);
+    chime_timer_free(t);
+}
+
+static void a_stale_id_misses_the_timer_that_reused_its_record(void)
+{
+    chime_timer *t = start(NULL, 0);
+    chime_id old, fresh;
+    CHECK_EQ(chime_timer_schedule(t, 5 * MS, noop, NULL, &old), 0);
+    CHECK_EQ(chime_timer_cancel(t, old), 0);
+    set_time(t, 0); /* the record is given back... */
+    CHECK_EQ(chime_timer_schedule(t, 5 * MS, noop, NULL, &fresh), 0); /* ...and reused (LIFO) */
+    CHECK_EQ((uint32_t)fresh, (uint32_t)old);
+    CHECK(fresh != old, "same id after reuse");
+    CHECK_EQ(chime_timer_cancel(t, old), -ENOENT);
+    CHECK_EQ(chime_timer_reschedule(t, old, 1), -ENOENT);
+    CHECK_EQ(chime_timer_cancel(t, fresh), 0);
+    chime_timer_free(t);
+}
+
+/* ---- reschedule ---- */
+
+static void reschedule_moves_a_timer_and_it_never_fires_at_the_old_time(void)
+{
+    chime_timer *t = start(NULL, 0);
+    log_reset();
+    chime_id a, b;
+    CHECK_EQ(chime_timer_schedule(t, 5 * MS, log_fire, TAG(1), &a), 0);
+    CHECK_EQ(chime_timer_schedule(t, 50 * MS, log_fire, TAG(2), &b), 0);
+    set_time(t, 1 * MS);
+    CHECK_EQ(chime_timer_reschedule(t, a, 20 * MS), 0); /* 21 ms */
+    CHECK_EQ(chime_timer_reschedule(t, b, 9 * MS), 0);  /* 10 ms */
+    set_time(t, 5 * MS);
+    CHECK_EQ(atomic_load(&log_n), 0);
+    set_time(t, 10 * MS);
+    CHECK_EQ(atomic_load(&log_n), 1);
+    CHECK_EQ(log_tag[0], 2);
+    set_time(t, 21 * MS - 1);
+    CHECK_EQ(atomic_load(&log_n), 1);
+    set_time(t, 21 * MS);
+    CHECK_EQ(atomic_load(&log_n), 2);
+    CHECK_EQ(chime_timer_reschedule(t, a, 1), -ENOENT);
+    expect_stats(t, 2, 2, 0, 0);
+    chime_timer_free(t);
+}
+
+static void reschedule_before_the_thread_saw_the_timer_still_counts(void)
+{
+    chime_timer *t = start(NULL, 0);
+    log_reset();
+    chime_id a;
+    CHECK_EQ(chime_timer_schedule(t, 1 * MS, log_fire, TAG(1), &a), 0);
+    CHECK_EQ(chime_timer_reschedule(t, a, 7 * MS), 0);
+    CHECK_EQ(chime_timer_reschedule(t, a, 3 * MS), 0); /* the last one wins */
+    set_time(t, 2 * MS);
+    CHECK_EQ(atomic_load(&log_n), 0);
+    set_time(t, 3 * MS);
+    CHECK_EQ(atomic_load(&log_n), 1);
+    set_time(t, 10 * MS);
+    CHECK_EQ(atomic_load(&log_n), 1);
+    chime_timer_free(t);
+}
+
+static void periodic_timers_do_not_drift_and_continue_from_a_reschedule(void)
+{
+    chime_timer *t = start(NULL, 0);
+    log_reset();
+    chime_id id;
+    CHECK_EQ(chime_timer_schedule_every(t, 10 * MS, 10 * MS, log_fire, TAG(1), &id), 0);
+    set_time(t, 10 * MS);
+    set_time(t, 45 * MS); /* jumps over 20, 30, 40: fires once */
+    CHECK_EQ(atomic_load(&log_n), 2);
+    set_time(t, 49 * MS);
+    CHECK_EQ(atomic_load(&log_n), 2);
+    set_time(t, 50 * MS); /* still on the 10 ms grid */
+    CHECK_EQ(atomic_load(&log_n), 3);
+    CHECK_EQ(chime_timer_reschedule(t, id, 3 * MS), 0); /* 53, 63, ... */
+    set_time(t, 60 * MS);
+    CHECK_EQ(atomic_load(&log_n), 4);
+    set_time(t, 63 * MS);
+    CHECK_EQ(atomic_load(&log_n), 5);
+    CHECK_EQ(chime_timer_cancel(t, id), 0);
+    set_time(t, 200 * MS);
+    CHECK_EQ(atomic_load(&log_n), 5);
+    struct chime_stats st;
+    chime_timer_stats(t, &st);
+    CHECK_EQ(st.runs, 5);
+    expect_stats(t, 1, 0, 1, 0);
+    chime_timer_free(t);
+}
+
+/* ---- storms and limits ---- */
+
+#define STORM 100000
+static chime_id storm_ids[STORM];
+static _Atomic int storm_fired[STORM];
+
+static void storm_fire(void *arg)
+{
+    uintptr_t i = (uintptr_t)arg;
+    atomic_fetch_add(&storm_fired[i], 1);
+    if (i == 0) {
+        /* Issued during the storm: every timer not yet fired must stay unfired. */
+        for (size_t j = STORM / 2; j < STORM; j++)
+            CHECK_EQ(chime_timer_cancel(cb_timer, storm_ids[j]), 0);
+    }
+}
+
+static void a_cancel_during_a_firing_storm_stops_the_timers_not_yet_fired(void)
+{
+    chime_timer *t = start(NULL, 0);
+    cb_timer = t;
+    for (uintptr_t i = 0; i < STORM; i++) {
+        atomic_store(&storm_fired[i], 0);
+        CHECK_EQ(chime_timer_schedule(t, 7 * MS, storm_fire, TAG(i), &storm_ids[i]), 0);
+    }
+    set_time(t, 7 * MS);
+    for (size_t i = 0; i < STORM; i++)
+        CHECK(atomic_load(&storm_fired[i]) == (i < STORM / 2), "timer %zu fired %d times", i,
+              atomic_load(&storm_fired[i]));
+    expect_stats(t, STORM, STORM / 2, STORM / 2, 0);
+    chime_timer_free(t);
+}
+
+static void max_pending_refuses_with_eagain_and_frees_places_as_timers_end(void)
+{
+    struct chime_timer_config c = { .max_pending = 10 };
+    chime_timer *t = start(&c, 0);
+    chime_id ids[10];
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(chime_timer_schedule(t, (uint64_t)(i + 1) * MS, noop, NULL, &ids[i]), 0);
+    CHECK_EQ(chime_timer_schedule(t, 1 * MS, noop, NULL, NULL), -EAGAIN);
+    CHECK_EQ(chime_timer_schedule_every(t, 1 * MS, 1 * MS, noop, NULL, NULL), -EAGAIN);
+    CHECK_EQ(chime_timer_cancel(t, ids[9]), 0);
+    CHECK_EQ(chime_timer_schedule(t, 100 * MS, noop, NULL, NULL), 0);
+    CHECK_EQ(chime_timer_schedule(t, 1 * MS, noop, NULL, NULL), -EAGAIN);
+    set_time(t, 3 * MS); /* three fire */
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(chime_timer_schedule(t, 100 * MS, noop, NULL, NULL), 0);
+    CHECK_EQ(chime_timer_schedule(t, 1 * MS, noop, NULL, NULL), -EAGAIN);
+    expect_stats(t, 14, 3, 1, 0);
+    chime_timer_free(t);
+}
+
+static void cancelled_timers_give_their_memory_back_at_once(void)
+{
+    chime_timer *t = start(NULL, 0);
+    enum { N = 10 * CHIME__REC_CHUNK };
+    static chime_id ids[N];
+    for (size_t i = 0; i < N; i++)
+        CHECK_EQ(chime_timer_schedule(t, 3600 * 1000 * MS, noop, NULL, &ids[i]), 0); /* an hour */
+    chime__timer_sync(t);
+    size_t records, nodes;
+    chime__timer_memory(t, &records, &nodes);
+    CHECK(records >= N && nodes >= N, "records %zu nodes %zu", records, nodes);
+    for (size_t i = 0; i < N; i++)
+        CHECK_EQ(chime_timer_cancel(t, ids[i]), 0);
+    chime__timer_sync(t); /* within one iteration, not at the old deadline an hour away */
+    chime__timer_memory(t, &records, &nodes);
+    CHECK(records <= 3 * CHIME__REC_CHUNK, "records %zu still held", records);
+    CHECK(nodes <= 3 * 4096, "wheel nodes %zu still held", nodes);
+    /* And they come back for the next burst. */
+    for (size_t i = 0; i < N; i++)
+        CHECK_EQ(chime_timer_schedule(t, 1 * MS, noop, NULL, &ids[i]), 0);
+    set_time(t, 1 * MS);
+    expect_stats(t, 2 * N, N, N, 0);
+    chime__timer_memory(t, &records, &nodes);
+    CHECK(records <= 3 * CHIME__REC_CHUNK, "records %zu still held after firing", records);
+    chime_timer_free(t);
+}
+
+/* ---- stop ---- */
+
+#define UNFIRED_MAX 1000
+static _Atomic int unfired_seen[UNFIRED_MAX];
+
+static void note_unfired(void *arg)
+{
+    atomic_fetch_add(&unfired_seen[(uintptr_t)arg], 1);
+}
+
+static void stop_now_hands_every_unfired_timer_to_on_unfired_once(void)
+{
+    chime_timer *t = start(NULL, 0);
+    log_reset();
+    for (int i = 0; i < UNFIRED_MAX; i++)
+        atomic_store(&unfired_seen[i], 0);
+    chime_id ids[200];
+    for (uintptr_t i = 0; i < 200; i++) {
+        int err = i % 10 == 0 ? chime_timer_schedule_every(t, (i + 1) * MS, 5 * MS, log_fire, TAG(i), &ids[i])
+                              : chime_timer_schedule(t, (i + 1) * MS, log_fire, TAG(i), &ids[i]);
+        CHECK_EQ(err, 0);
+    }
+    for (int i = 1; i < 200; i += 7)
+        CHECK_EQ(chime_timer_cancel(t, ids[i]), 0);
+    set_time(t, 50 * MS);
+    size_t fired = atomic_load(&log_n);
+    CHECK_EQ(chime_timer_stop(t, CHIME_STOP_NOW, note_unfired), 0);
+    CHECK_EQ(atomic_load(&log_n), fired); /* nothing fired during or after stop */
+    /* Every timer is fired, cancelled or unfired, exactly once. */
+    int fired_once[200] = { 0 };
+    for (size_t i = 0; i < fired; i++)
+        fired_once[log_tag[i]]++;
+    uint64_t n_fired = 0, n_cancelled = 0, n_unfired = 0;
+    for (int i = 0; i < 200; i++) {
+        bool periodic = i % 10 == 0, cancelled = i % 7 == 1;
+        int unfired = atomic_load(&unfired_seen[i]);
+        n_cancelled += cancelled;
+        n_unfired += unfired;
+        if (periodic) {
+            CHECK(cancelled + unfired == 1, "periodic %d: cancelled %d unfired %d", i, cancelled, unfired);
+        } else {
+            CHECK(cancelled + unfired + fired_once[i] == 1, "timer %d: cancelled %d unfired %d fired %d",
+                  i, cancelled, unfired, fired_once[i]);
+            n_fired += fired_once[i];
+        }
+    }
+    expect_stats(t, 200, n_fired, n_cancelled, n_unfired);
+    /* After stop, everything but stats and free is -ESHUTDOWN. */
+    CHECK_EQ(chime_timer_schedule(t, 1, noop, NULL, NULL), -ESHUTDOWN);
+    CHECK_EQ(chime_timer_schedule_at(t, 1, noop, NULL, NULL), -ESHUTDOWN);
+    CHECK_EQ(chime_timer_schedule_every(t, 1, 1, noop, NULL, NULL), -ESHUTDOWN);
+    CHECK_EQ(chime_timer_cancel(t, ids[199]), -ESHUTDOWN);
+    CHECK_EQ(chime_timer_reschedule(t, ids[199], 1), -ESHUTDOWN);
+    CHECK_EQ(chime_timer_stop(t, CHIME_STOP_NOW, NULL), -ESHUTDOWN);
+    CHECK_EQ(chime_timer_stop(t, CHIME_STOP_DRAIN, NULL), -ESHUTDOWN);
+    chime_timer_free(t);
+}
+
+struct stopper {
+    chime_timer *t;
+    int result;
+    _Atomic int done;
+};
+
+static void *stop_drain(void *p)
+{
+    struct stopper *s = p;
+    s->result = chime_timer_stop(s->t, CHIME_STOP_DRAIN, note_unfired);
+    atomic_store(&s->done, 1);
+    return NULL;
+}
+
+static void stop_drain_waits_for_one_shots_and_ends_periodic_timers(void)
+{
+    chime_timer *t = start(NULL, 0);
+    log_reset();
+    for (int i = 0; i < UNFIRED_MAX; i++)
+        atomic_store(&unfired_seen[i], 0);
+    chime_id a, b;
+    CHECK_EQ(chime_timer_schedule(t, 10 * MS, log_fire, TAG(1), &a), 0);
+    CHECK_EQ(chime_timer_schedule(t, 20 * MS, log_fire, TAG(2), &b), 0);
+    CHECK_EQ(chime_timer_schedule_every(t, 1 * MS, 1 * MS, log_fire, TAG(3), NULL), 0);
+    set_time(t, 1 * MS);
+    CHECK_EQ(atomic_load(&log_n), 1); /* the periodic timer, once */
+    struct stopper s = { .t = t };
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, stop_drain, &s), 0);
+    /* While draining: no new timers; cancel still works. Wait until the stop is visible. */
+    int extra = 0; /* accepted before the stop was visible: they fire under DRAIN */
+    while (chime_timer_schedule(t, 1, noop, NULL, NULL) != -ESHUTDOWN) {
+        extra++;
+        sched_yield();
+    }
+    CHECK_EQ(chime_timer_cancel(t, b), 0);
+    set_time(t, 9 * MS);
+    CHECK_EQ(atomic_load(&s.done), 0);
+    CHECK_EQ(atomic_load(&log_n), 1);
+    atomic_store(&fake_now, 10 * MS);
+    /* The advancing thread has no timeout on an injected clock: wake it until stop returns. */
+    while (!atomic_load(&s.done)) {
+        chime__timer_poke(t);
+        sched_yield();
+    }
+    pthread_join(th, NULL);
+    CHECK_EQ(s.result, 0);
+    CHECK_EQ(atomic_load(&log_n), 2);
+    CHECK_EQ(log_tag[1], 1);
+    CHECK_EQ(atomic_load(&unfired_seen[3]), 1); /* the periodic timer */
+    CHECK_EQ(atomic_load(&unfired_seen[1]) + atomic_load(&unfired_seen[2]), 0);
+    expect_stats(t, 3 + (uint64_t)extra, 1 + (uint64_t)extra, 1, 1);
+    chime_timer_free(t);
+}
+
+static _Atomic int stop_result = 1;
+
+static void stop_from_callback(void *arg)
+{
+    atomic_store(&stop_result, chime_timer_stop((chime_timer *)arg, CHIME_STOP_NOW, NULL));
+}
+
+static void stop_from_a_callback_is_edeadlk_on_the_thread_and_on_a_worker(void)
+{
+    for (unsigned workers = 0; workers <= 2; workers += 2) {
+        struct chime_timer_config c = { .workers = workers };
+        chime_timer *t = start(&c, 0);
+        atomic_store(&stop_result, 1);
+        CHECK_EQ(chime_timer_schedule(t, 0, stop_from_callback, t, NULL), 0);
+        while (atomic_load(&stop_result) == 1)
+            chime__timer_sync(t);
+        CHECK_EQ(atomic_load(&stop_result), -EDEADLK);
+        CHECK_EQ(chime_timer_stop(t, CHIME_STOP_NOW, NULL), 0);
+        chime_timer_free(t);
+    }
+}
+
+static void free_without_stop_frees_everything_and_calls_nothing(void)
+{
+    chime_timer *t = start(NULL, 0);
+    log_reset();
+    for (int i = 0; i < 1000; i++)
+        CHECK_EQ(chime_timer_schedule(t, 5 * MS, log_fire, NULL, NULL), 0);
+    chime_timer_free(t); /* ASan and valgrind check that nothing leaks */
+    CHECK_EQ(atomic_load(&log_n), 0);
+    chime_timer_free(NULL);
+}
+
+/* ---- workers ---- */
+
+static _Atomic int slow_released;
+static _Atomic int slow_finished;
+
+static void slow_callback(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&slow_released))
+        sched_yield(); /* held until the later timer has fired: proof that the clock did not wait */
+    atomic_store(&slow_finished, 1);
+}
+
+static void release_slow(void *arg)
+{
+    (void)arg;
+    atomic_store(&slow_released, 1);
+}
+
+static void with_workers_a_slow_callback_does_not_hold_up_the_clock(void)
+{
+    struct chime_timer_config c = { .workers = 2 };
+    chime_timer *t = start(&c, 0);
+    atomic_store(&slow_released, 0);
+    atomic_store(&slow_finished, 0);
+    CHECK_EQ(chime_timer_schedule(t, 1 * MS, slow_callback, NULL, NULL), 0);
+    CHECK_EQ(chime_timer_schedule(t, 2 * MS, release_slow, NULL, NULL), 0);
+    set_time(t, 1 * MS);
+    set_time(t, 2 * MS); /* would never return if the first callback held the advancing thread */
+    while (!atomic_load(&slow_finished))
+        sched_yield();
+    CHECK_EQ(chime_timer_stop(t, CHIME_STOP_DRAIN, NULL), 0);
+    expect_stats(t, 2, 2, 0, 0);
+    chime_timer_free(t);
+}
+
+static _Atomic int overlap_now, overlap_max, overlap_runs;
+
+static void overlapping(void *arg)
+{
+    (void)arg;
+    int now = atomic_fetch_add(&overlap_now, 1) + 1;
+    int max = atomic_load(&overlap_max);
+    while (now > max && !atomic_compare_exchange_weak(&overlap_max, &max, now))
+        ;
+    atomic_fetch_add(&overlap_runs, 1);
+    while (!atomic_load(&slow_released))
+        sched_yield();
+    atomic_fetch_sub(&overlap_now, 1);
+}
+
+static void a_periodic_run_never_overlaps_the_previous_one(void)
+{
+    struct chime_timer_config c = { .workers = 3 };
+    chime_timer *t = start(&c, 0);
+    atomic_store(&slow_released, 0);
+    chime_id id;
+    CHECK_EQ(chime_timer_schedule_every(t, 1 * MS, 1 * MS, overlapping, NULL, &id), 0);
+    for (uint64_t ms = 1; ms <= 10; ms++)
+        set_time(t, ms * MS); /* nine boundaries come while the first run is held */
+    while (atomic_load(&overlap_runs) < 1)
+        sched_yield();
+    atomic_store(&slow_released, 1);
+    CHECK_EQ(chime_timer_stop(t, CHIME_STOP_NOW, NULL), 0);
+    CHECK_EQ(atomic_load(&overlap_max), 1);
+    chime_timer_free(t);
+}
+
+/* ---- the real clock ---- */
+
+struct real_run {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int fired;
+    uint64_t at;
+};
+
+static uint64_t monotonic(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void real_fire(void *arg)
+{
+    struct real_run *r = arg;
+    pthread_mutex_lock(&r->lock);
+    r->fired++;
+    r->at = monotonic();
+    pthread_cond_signal(&r->cond);
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void on_the_real_clock_a_timer_fires_and_not_before_its_deadline(void)
+{
+    chime_timer *t;
+    CHECK_EQ(chime_timer_new(&t, NULL), 0);
+    struct real_run r = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+    uint64_t before = monotonic();
+    CHECK_EQ(chime_timer_schedule(t, 3 * MS, real_fire, &r, NULL), 0);
+    pthread_mutex_lock(&r.lock);
+    /* A condition wait with a generous bound (60 s), not a duration assertion. */
+    struct timespec limit;
+    clock_gettime(CLOCK_REALTIME, &limit);
+    limit.tv_sec += 60;
+    while (!r.fired && pthread_cond_timedwait(&r.cond, &r.lock, &limit) == 0)
+        ;
+    pthread_mutex_unlock(&r.lock);
+    CHECK_EQ(r.fired, 1);
+    CHECK(r.at >= before + 3 * MS, "fired %llu ns early", (unsigned long long)(before + 3 * MS - r.at));
+    CHECK_EQ(chime_timer_stop(t, CHIME_STOP_DRAIN, NULL), 0);
+    chime_timer_free(t);
+}
+
+int main(void)
+{
+    static const struct tap_test tests[] = {
+        { "new rejects bad arguments", new_rejects_bad_arguments },
+        { "bad input is a clear error and schedules nothing", bad_input_is_a_clear_error_and_schedules_nothing },
+        { "a timer fires on its tick and never early", a_timer_fires_on_its_tick_and_never_early },
+        { "schedules from one thread fire in their order", schedules_from_one_thread_fire_in_their_order },
+        { "cancel before the deadline wins and after it loses", cancel_before_the_deadline_wins_and_after_it_loses },
+        { "a callback cannot cancel its one-shot but ends its periodic timer", a_callback_cannot_cancel_its_one_shot_but_ends_its_periodic_timer },
+        { "the id is written before the callback can run", the_id_is_written_before_the_callback_can_run },
+        { "a stale id misses the timer that reused its record", a_stale_id_misses_the_timer_that_reused_its_record },
+        { "reschedule moves a timer and it never fires at the old time", reschedule_moves_a_timer_and_it_never_fires_at_the_old_time },
+        { "reschedule before the thread saw the timer still counts", reschedule_before_the_thread_saw_the_timer_still_counts },
+        { "periodic timers do not drift and continue from a reschedule", periodic_timers_do_not_drift_and_continue_from_a_reschedule },
+        { "a cancel during a firing storm stops the timers not yet fired", a_cancel_during_a_firing_storm_stops_the_timers_not_yet_fired },
+        { "max_pending refuses with EAGAIN and frees places as timers end", max_pending_refuses_with_eagain_and_frees_places_as_timers_end },
+        { "cancelled timers give their memory back at once", cancelled_timers_give_their_memory_back_at_once },
+        { "stop NOW hands every unfired timer to on_unfired once", stop_now_hands_every_unfired_timer_to_on_unfired_once },
+        { "stop DRAIN waits for one-shots and ends periodic timers", stop_drain_waits_for_one_shots_and_ends_periodic_timers },
+        { "stop from a callback is EDEADLK on the thread and on a worker", stop_from_a_callback_is_edeadlk_on_the_thread_and_on_a_worker },
+        { "free without stop frees everything and calls nothing", free_without_stop_frees_everything_and_calls_nothing },
+        { "with workers a slow callback does not hold up the clock", with_workers_a_slow_callback_does_not_hold_up_the_clock },
+        { "a periodic run never overlaps the previous one", a_periodic_run_never_overlaps_the_previous_one },
+        { "on the real clock a timer fires and not before its deadline", on_the_real_clock_a_timer_fires_and_not_before_its_deadline },
+    };
+    return tap_run(tests, (int)(sizeof(tests) / sizeof(tests[0])));
+}
