@@ -7,6 +7,60 @@
 
 #define CHUNK_BYTES (CHIME__CHUNK_NODES * sizeof(struct chime__node))
 
+#if defined(CHIME_USE_JEMALLOC) && CHIME_USE_JEMALLOC
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/types.h> /* ssize_t, the type of jemalloc's decay settings */
+
+/*
+ * Node chunks come from an arena of chime's own whose decay times are 0, so a chunk that trim gives
+ * back is returned to the system at once. In jemalloc's default arenas a freed extent stays resident
+ * for dirty_decay_ms (10 s by default) and is purged only when the allocator is next used, so an idle
+ * process would keep its high-water mark, which is what "memory follows load" rules out. If the arena
+ * cannot be made, chunks use the default arena.
+ */
+static int chunk_flags;
+static pthread_once_t chunk_arena_once = PTHREAD_ONCE_INIT;
+
+static void make_chunk_arena(void)
+{
+    unsigned arena;
+    size_t size = sizeof(arena);
+    if (mallctl("arenas.create", &arena, &size, NULL, 0))
+        return;
+    ssize_t zero = 0;
+    char name[64];
+    snprintf(name, sizeof(name), "arena.%u.dirty_decay_ms", arena);
+    mallctl(name, NULL, NULL, &zero, sizeof(zero));
+    snprintf(name, sizeof(name), "arena.%u.muzzy_decay_ms", arena);
+    mallctl(name, NULL, NULL, &zero, sizeof(zero));
+    chunk_flags = MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
+}
+
+static void *alloc_chunk(void)
+{
+    pthread_once(&chunk_arena_once, make_chunk_arena);
+    return mallocx(CHUNK_BYTES, chunk_flags);
+}
+
+static void free_chunk(void *chunk)
+{
+    if (chunk)
+        sdallocx(chunk, CHUNK_BYTES, chunk_flags); /* chunk_flags is set: alloc_chunk ran first */
+}
+#else
+/* The C library's malloc: glibc may keep a freed chunk in its heap (its mmap threshold adapts), so
+ * with -Dallocator=system trimmed memory is given back to malloc, not always to the system. */
+static void *alloc_chunk(void)
+{
+    return chime__alloc(CHUNK_BYTES);
+}
+static void free_chunk(void *chunk)
+{
+    chime__free(chunk, CHUNK_BYTES);
+}
+#endif
+
 void chime__pool_init(struct chime__pool *p)
 {
     *p = (struct chime__pool){ .free_head = CHIME__NIL };
@@ -47,7 +101,7 @@ int chime__pool_grow(struct chime__pool *p)
         c = p->nchunks;
         p->gen_floor[c] = 1;
     }
-    struct chime__node *chunk = chime__alloc(CHUNK_BYTES);
+    struct chime__node *chunk = alloc_chunk();
     if (!chunk)
         return -ENOMEM;
     uint32_t first = c << CHIME__CHUNK_SHIFT;
@@ -108,7 +162,7 @@ size_t chime__pool_trim(struct chime__pool *p, size_t keep)
                 if (p->chunks[c][i].gen > top)
                     top = p->chunks[c][i].gen;
             p->gen_floor[c] = top + 1 ? top + 1 : 1; /* wraps only after 2^32 reuses, as pool.h says */
-            chime__free(p->chunks[c], CHUNK_BYTES);
+            free_chunk(p->chunks[c]);
             p->chunks[c] = NULL; /* a hole; nchunks stays, so gen_floor[c] is kept for the refill */
             p->live_chunks--;
         }
@@ -120,7 +174,7 @@ size_t chime__pool_trim(struct chime__pool *p, size_t keep)
 void chime__pool_destroy(struct chime__pool *p)
 {
     for (uint32_t c = 0; c < p->nchunks; c++)
-        chime__free(p->chunks[c], CHUNK_BYTES);
+        free_chunk(p->chunks[c]);
     chime__free(p->chunks, p->chunks_cap * sizeof(*p->chunks));
     chime__free(p->gen_floor, p->chunks_cap * sizeof(*p->gen_floor));
     chime__pool_init(p);

@@ -102,11 +102,18 @@ static int grow(struct chime__records *r, unsigned s)
     if (c == n) {
         if (n == CHIME__REC_MAX_CHUNKS)
             return -ENOMEM;
-        void *mem = mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        /* MAP_POPULATE: the chunk is about to be written whole; one call maps its 64 pages instead of
+         * 64 page faults on the taker's path. */
+        void *mem = mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
         if (mem == MAP_FAILED)
             return -ENOMEM;
         r->dir[c] = mem;
         r->meta[c].gen_floor = 1;
+    } else {
+#ifdef MADV_POPULATE_WRITE
+        madvise(r->dir[c], CHUNK_BYTES, MADV_POPULATE_WRITE); /* as MAP_POPULATE; Linux 5.14+ */
+#endif
     }
     struct chime__rec *chunk = r->dir[c];
     uint32_t first = c << CHIME__REC_CHUNK_SHIFT;

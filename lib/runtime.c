@@ -465,13 +465,18 @@ static void item_unfired(void *ctx, const struct chime__item *it)
     unlimit(t);
 }
 
-/* Give memory back once load has dropped: amortised O(1) per freed timer, since a pass over the free
- * records happens only after a quarter of them (and at least a chunk) were freed since the last. */
+/*
+ * Give memory back once load has dropped. A pass walks the free records, so it runs only when at
+ * least a chunk's worth were freed since the last pass and either a quarter of the spare records were
+ * (amortised O(1) per freed timer) or nothing is pending any more (the end of a burst: every chunk
+ * is free, so the pass is sure to give back all but the reserve).
+ */
 static void maybe_trim(chime_timer *t)
 {
     size_t cap = chime__records_capacity(&t->recs);
     size_t spare = cap > t->live ? cap - t->live : 0;
-    if (t->freed_since_trim >= CHIME__REC_CHUNK && t->freed_since_trim >= spare / 4) {
+    if (t->freed_since_trim >= CHIME__REC_CHUNK &&
+        (t->freed_since_trim >= spare / 4 || t->live == 0)) {
         size_t keep = t->live > 2 * CHIME__REC_CHUNK ? t->live : 2 * CHIME__REC_CHUNK;
         chime__records_shrink(&t->recs, keep);
         size_t pending = chime_wheel_pending(t->wheel);
