@@ -26,6 +26,7 @@
 #include "chime.h"
 #include "heap.h"
 #include "list.h"
+#include "runtime_bench.h"
 
 #if defined(CHIME_PERF_JEMALLOC) && CHIME_PERF_JEMALLOC
 #include <jemalloc/jemalloc.h>
@@ -354,13 +355,6 @@ void BM_memory(benchmark::State &st) {
   }
 }
 
-// ---- threaded runtime ----
-// TODO(issue 4, item 7): the threaded runtime does not exist yet. When it does, register here, per
-// structure where it applies: schedule throughput from 1 and 2 producer threads, cancel throughput,
-// idle wake-ups per second, firing lateness p50/p99/max at 10^6 pending timers, and the jemalloc
-// build against a -Dallocator=system build of the threaded schedule benchmark.
-void register_runtime_benchmarks(const std::vector<int64_t> &) {}
-
 // ---- registration ----
 
 using Fn = void (*)(benchmark::State &);
@@ -387,7 +381,7 @@ const Workload kWorkloads[] = {
     WORKLOAD(memory, false, true, "bytes per pending timer (allocator statistics)"),
 };
 
-void register_all(const std::vector<int64_t> &grid) {
+void register_all(const std::vector<int64_t> &grid, bool quick) {
   for (const Workload &w : kWorkloads) {
     const std::pair<const char *, Fn> per[] = {{"wheel", w.wheel}, {"heap", w.heap}, {"list", w.list}};
     for (auto [sname, fn] : per) {
@@ -403,7 +397,7 @@ void register_all(const std::vector<int64_t> &grid) {
       if (!std::strcmp(w.name, "memory")) b->Iterations(1);
     }
   }
-  register_runtime_benchmarks(grid);
+  register_runtime_benchmarks(quick);
 }
 
 // ---- the summary ----
@@ -556,7 +550,7 @@ int main(int argc, char **argv) {
 
   std::vector<int64_t> grid(std::begin(kFullGrid), std::end(kFullGrid));
   if (quick) grid.resize(2);
-  register_all(grid);
+  register_all(grid, quick);
 
   chime_wheel_config layout{.start = 0, CHIME_LAYOUT_MILLISECONDS};
   std::string slots;
@@ -582,6 +576,7 @@ int main(int argc, char **argv) {
   SummaryReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
   print_summary(rep);
+  g_failures += print_runtime_summary();
   benchmark::Shutdown();
   if (g_failures) std::fprintf(stderr, "chime-perf: %d workload(s) failed their checks\n", g_failures);
   return g_failures ? 1 : 0;
