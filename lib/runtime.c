@@ -10,6 +10,8 @@
  *
  * THE STATE WORD (one per record; every cross-thread decision is a compare-and-swap on it)
  *     bits 63..32  generation: the high half of the id; bumped when the record is given back
+ *     bit  16  P   a periodic run is handed out (to a worker, or about to run) and has not started;
+ *                  cancel, reschedule and a draining stop clear it, and the run is then skipped
  *     bits 15..8   shard: which free stack the record returns to
  *     bits  1..0   life: FREE, PENDING, CANCELLED, DONE (ended by firing or by stop)
  *     bit 2  Q     queued: the record is on the queue or about to be pushed; whoever sets Q pushes
@@ -63,6 +65,7 @@
 #define ST_KNOWN 32u
 #define ST_W 64u
 #define ST_E 128u
+#define ST_P (1u << 16)
 #define GEN_OF(s) ((uint32_t)((s) >> 32))
 
 #define FIRE_BATCH 1024  /* callbacks per bounded advance: the queue is drained between batches */
@@ -81,6 +84,7 @@ struct chime_timer {
     _Atomic int mode;                          /* MODE_RUNNING, a chime_stop, or MODE_STOPPED */
     _Atomic uint32_t sync_req;                 /* chime__timer_sync: requests... */
     _Atomic uint32_t sync_done;                /* ...and the last one served (a futex word) */
+    _Atomic uint32_t idle_seq;                 /* bumped by a worker that found the pool idle */
 
     /* Read-only after creation. */
     uint64_t tick_ns;
@@ -182,7 +186,8 @@ static void wake_before(chime_timer *t, uint64_t when_ns)
 }
 
 /* The advancing thread: sleep until wake_ns unless something arrived since it last looked. */
-static void sleep_until_due(chime_timer *t, uint64_t wake_ns, int mode_seen, uint32_t sync_seen)
+static void sleep_until_due(chime_timer *t, uint64_t wake_ns, int mode_seen, uint32_t sync_seen,
+                            uint32_t idle_seen)
 {
     /* acquire: pairs with the release increment in wake_before; read before sleep_until is
      * published, so a wake after that publication changes the value and the futex returns at once. */
@@ -191,7 +196,8 @@ static void sleep_until_due(chime_timer *t, uint64_t wake_ns, int mode_seen, uin
     atomic_store_explicit(&t->sleep_until, wake_ns, memory_order_seq_cst);
     if (chime__mpsc_empty(&t->queue) &&
         atomic_load_explicit(&t->mode, memory_order_seq_cst) == mode_seen &&
-        atomic_load_explicit(&t->sync_req, memory_order_seq_cst) == sync_seen)
+        atomic_load_explicit(&t->sync_req, memory_order_seq_cst) == sync_seen &&
+        atomic_load_explicit(&t->idle_seq, memory_order_seq_cst) == idle_seen)
         futex_wait_until(&t->wake_seq, seq, t->real_clock ? wake_ns : UINT64_MAX);
     /* relaxed: being awake needs no publication; producers that still see the old value wake a
      * thread that is awake, which costs a system call and nothing else. */
@@ -288,8 +294,8 @@ static void place(chime_timer *t, struct chime__rec *rec)
         /* The wheel's pool could not grow. The producer was told 0, so the timer must not be lost:
          * mark it for placing again and requeue it; the next iteration retries. */
         rec->wheel_id = 0;
-        atomic_fetch_or_explicit(&rec->state, ST_Q | ST_R, memory_order_relaxed); /* ours: Q was clear */
-        chime__mpsc_push(&t->queue, &rec->q);
+        if (!(atomic_fetch_or_explicit(&rec->state, ST_Q | ST_R, memory_order_relaxed) & ST_Q))
+            chime__mpsc_push(&t->queue, &rec->q); /* a cancel or reschedule may have set Q meanwhile */
     }
 }
 
@@ -328,7 +334,7 @@ static void apply(chime_timer *t, struct chime__rec *rec)
         if ((s & ST_E) && !(s & ST_RUN)) {
             uint64_t old = claim(rec);
             if (old)
-                end_unfired(t, rec, old & ~(uint64_t)ST_Q); /* we cleared Q: give it back now */
+                end_unfired(t, rec, old); /* a Q in old was set after our CAS: its setter pushes */
             return;
         }
         if (s & ST_R)
@@ -356,7 +362,7 @@ static void finish_run(chime_timer *t, struct chime__rec *rec)
     uint64_t s = atomic_load_explicit(&rec->state, memory_order_relaxed); /* the CAS checks it */
     uint64_t ns;
     do {
-        ns = s & ~(uint64_t)ST_RUN;
+        ns = s & ~(uint64_t)(ST_RUN | ST_P);
         if (((s & LIFE_MASK) != LIFE_PENDING || (s & ST_E)) && !(s & ST_Q))
             ns |= ST_Q;
         /* release: pairs with the acquire in apply(). */
@@ -364,8 +370,9 @@ static void finish_run(chime_timer *t, struct chime__rec *rec)
                                                     memory_order_relaxed));
     if ((ns & ST_Q) && !(s & ST_Q)) {
         chime__mpsc_push(&t->queue, &rec->q);
-        /* relaxed: a hint; a stopping runtime waits for this record, so make sure it is woken. */
-        if (atomic_load_explicit(&t->mode, memory_order_relaxed) != MODE_RUNNING)
+        /* seq_cst: after the push, the waker's load in the handshake; a stopping runtime waits for
+         * this record. */
+        if (atomic_load_explicit(&t->mode, memory_order_seq_cst) != MODE_RUNNING)
             wake_before(t, 0);
     }
 }
@@ -374,6 +381,19 @@ static void run_item(void *ctx, const struct chime__item *it)
 {
     chime_timer *t = ctx;
     tls_owner = t; /* on a worker: a callback here must not stop t (-EDEADLK) */
+    if (it->rec) {
+        /* A periodic run starts only if nobody withdrew it (cleared P) since it was fired: a cancel
+         * or reschedule that returned 0 in between must keep it from starting. */
+        uint64_t s = atomic_load_explicit(&it->rec->state, memory_order_relaxed); /* the CAS checks it */
+        do {
+            if (!(s & ST_P)) {
+                finish_run(t, it->rec); /* withdrawn: end the run without starting it */
+                return;
+            }
+            /* acq_rel: the CAS cancel and reschedule race with (they clear P in theirs). */
+        } while (!atomic_compare_exchange_weak_explicit(&it->rec->state, &s, s & ~(uint64_t)ST_P,
+                                                        memory_order_acq_rel, memory_order_relaxed));
+    }
     count_lateness(t, it->deadline_ns);
     if (!it->rec) {
         /* release: pairs with the acquire loads in chime_timer_stats. */
@@ -389,7 +409,10 @@ static void run_item(void *ctx, const struct chime__item *it)
 static void workers_went_idle(void *ctx)
 {
     chime_timer *t = ctx;
-    if (atomic_load_explicit(&t->mode, memory_order_relaxed) != MODE_RUNNING) /* relaxed: a hint */
+    /* seq_cst, both: the waker's half of the sleep handshake; the advancing thread snapshots idle_seq
+     * before it asks whether the workers are idle, and compares it after publishing sleep_until. */
+    atomic_fetch_add_explicit(&t->idle_seq, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&t->mode, memory_order_seq_cst) != MODE_RUNNING)
         wake_before(t, 0);
 }
 
@@ -409,7 +432,7 @@ static void on_fire(void *arg)
          * still going (skip this boundary). E: ending. */
         if ((s & LIFE_MASK) != LIFE_PENDING || (s & (ST_R | ST_RUN | ST_E)))
             return;
-        ns = again ? s | ST_RUN : (s & ~(uint64_t)LIFE_MASK) | LIFE_DONE;
+        ns = again ? s | ST_RUN | ST_P : (s & ~(uint64_t)LIFE_MASK) | LIFE_DONE;
         /* acq_rel: the CAS cancel races with (see the top of the file). */
     } while (!atomic_compare_exchange_weak_explicit(&rec->state, &s, ns, memory_order_acq_rel,
                                                     memory_order_acquire));
@@ -501,8 +524,8 @@ static void sweep_one(chime_timer *t, struct chime__rec *rec, int mode)
         if (s & ST_RUN) {
             /* Only under DRAIN (NOW joined the workers first). relaxed: finish_run's CAS sees E or
              * fails; if the run ended first, this CAS fails and the loop claims the timer. */
-            if (atomic_compare_exchange_weak_explicit(&rec->state, &s, s | ST_E, memory_order_relaxed,
-                                                      memory_order_relaxed))
+            if (atomic_compare_exchange_weak_explicit(&rec->state, &s, (s & ~(uint64_t)ST_P) | ST_E,
+                                                      memory_order_relaxed, memory_order_relaxed))
                 return;
             continue;
         }
@@ -578,6 +601,8 @@ static void *advancing_main(void *p)
         if (more || !done)
             continue; /* a storm: take the producers' news before the next batch */
         chime__records_flush(&t->recs, t->give);
+        /* seq_cst: see workers_went_idle. */
+        uint32_t idle = atomic_load_explicit(&t->idle_seq, memory_order_seq_cst);
         if (mode == CHIME_STOP_DRAIN && t->live == 0 &&
             (!t->use_workers || chime__workers_idle(&t->workers)))
             break;
@@ -588,7 +613,7 @@ static void *advancing_main(void *p)
             continue;
         maybe_trim(t);
         publish_sync(t, sync);
-        sleep_until_due(t, wake, mode, sync);
+        sleep_until_due(t, wake, mode, sync, idle);
     }
     if (t->use_workers) {
         chime__workers_stop(&t->workers, false, item_unfired); /* DRAIN: they are idle already */
@@ -623,6 +648,7 @@ int chime__timer_new_clocked(chime_timer **out, const struct chime_timer_config 
     atomic_init(&t->mode, MODE_RUNNING);
     atomic_init(&t->sync_req, 0);
     atomic_init(&t->sync_done, 0);
+    atomic_init(&t->idle_seq, 0);
     atomic_init(&t->limited, 0);
     /* The remaining counters are zero from the zeroed allocation. */
 
@@ -773,15 +799,15 @@ int chime_timer_cancel(chime_timer *t, chime_id id)
         /* acq_rel: the CAS firing races with (on_fire, claim); release publishes the cancel to the
          * advancing thread that pops the record. */
     } while (!atomic_compare_exchange_weak_explicit(&rec->state, &s,
-                                                    (s & ~(uint64_t)LIFE_MASK) | LIFE_CANCELLED | ST_Q,
+                                                    (s & ~(uint64_t)(LIFE_MASK | ST_P)) | LIFE_CANCELLED | ST_Q,
                                                     memory_order_acq_rel, memory_order_acquire));
-    /* relaxed: a counter (see chime_timer_stats). */
-    atomic_fetch_add_explicit(&t->recs.shard[my_shard()].cancelled, 1, memory_order_relaxed);
+    /* release: pairs with the acquire loads in chime_timer_stats (scheduled is read after it). */
+    atomic_fetch_add_explicit(&t->recs.shard[my_shard()].cancelled, 1, memory_order_release);
     unlimit(t);
     if (!(s & ST_Q)) {
         chime__mpsc_push(&t->queue, &rec->q);
-        /* relaxed: a hint; a draining runtime waits for this record to come back. */
-        if (atomic_load_explicit(&t->mode, memory_order_relaxed) != MODE_RUNNING)
+        /* seq_cst: as in finish_run; a draining runtime waits for this record to come back. */
+        if (atomic_load_explicit(&t->mode, memory_order_seq_cst) != MODE_RUNNING)
             wake_before(t, 0);
     }
     return 0;
@@ -807,7 +833,8 @@ int chime_timer_reschedule(chime_timer *t, chime_id id, uint64_t delay_ns)
         if (s & ST_W)
             return 0; /* another reschedule is writing: ours is ordered just before it, and loses */
         /* acquire: the record is ours to write (W) only once this succeeds. */
-    } while (!atomic_compare_exchange_weak_explicit(&rec->state, &s, s | ST_W | ST_R | ST_Q,
+    } while (!atomic_compare_exchange_weak_explicit(&rec->state, &s,
+                                                    (s & ~(uint64_t)ST_P) | ST_W | ST_R | ST_Q,
                                                     memory_order_acquire, memory_order_acquire));
     /* We hold W, so no one else writes deadline_ns and the record cannot be given back (Q is set). */
     atomic_store_explicit(&rec->deadline_ns, deadline, memory_order_relaxed); /* published below */

@@ -68,8 +68,15 @@ int chime__workers_start(struct chime__workers *wk, unsigned n, chime__run_fn *r
     }
     for (unsigned i = 0; i < n; i++) {
         if (pthread_create(&wk->threads[i], NULL, worker_main, wk)) {
-            wk->n = i; /* join the ones that started */
-            chime__workers_stop(wk, true, NULL);
+            /* Stop and join the ones that started. wk->n stays n (the workers read it, and destroy()
+             * frees threads[] by it); nothing is queued, so none of them runs anything. */
+            pthread_mutex_lock(&wk->lock);
+            wk->stop = wk->drop = true;
+            pthread_cond_broadcast(&wk->work);
+            pthread_mutex_unlock(&wk->lock);
+            for (unsigned j = 0; j < i; j++)
+                pthread_join(wk->threads[j], NULL);
+            destroy(wk);
             return -EAGAIN;
         }
     }
