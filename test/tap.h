@@ -8,8 +8,10 @@
 #ifndef CHIME_TEST_TAP_H
 #define CHIME_TEST_TAP_H
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 struct tap_test {
     const char *name;
@@ -35,8 +37,23 @@ static const char *tap_current_name;
     CHECK((long long)(got) == (long long)(want), "got %lld, want %lld", (long long)(got),         \
           (long long)(want))
 
+/* A hang is a failure with a name: after CHIME_TEST_WATCHDOG seconds (default 300, far beyond any
+ * test's run even under valgrind) the test in progress is reported "not ok" and the program ends.
+ * It detects deadlocks; it does not judge speed. */
+static void tap_hung(int sig)
+{
+    (void)sig;
+    static const char msg[] = "not ok - the test in progress hung (watchdog)\n";
+    ssize_t w = write(STDOUT_FILENO, msg, sizeof(msg) - 1);
+    (void)w;
+    _exit(1);
+}
+
 static inline int tap_run(const struct tap_test *tests, int n)
 {
+    const char *wd = getenv("CHIME_TEST_WATCHDOG");
+    signal(SIGALRM, tap_hung);
+    alarm(wd ? (unsigned)atoi(wd) : 300);
     printf("1..%d\n", n);
     fflush(stdout);
     for (int i = 0; i < n; i++) {

@@ -620,6 +620,61 @@ static void a_periodic_run_never_overlaps_the_previous_one(void)
     chime_timer_free(t);
 }
 
+static _Atomic int busy_started, busy_release, per_runs, marker_ran;
+
+static void busy(void *arg)
+{
+    (void)arg;
+    atomic_store(&busy_started, 1);
+    while (!atomic_load(&busy_release))
+        sched_yield();
+}
+
+static void per_count(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&per_runs, 1);
+}
+
+static void marker(void *arg)
+{
+    (void)arg;
+    atomic_store(&marker_ran, 1);
+}
+
+/* Found in review: a periodic run fired while the only worker was busy started after cancel (or
+ * reschedule) had returned 0 for it. */
+static void a_periodic_run_waiting_for_a_worker_is_withdrawn_by_cancel_and_reschedule(void)
+{
+    struct chime_timer_config c = { .workers = 1 };
+    chime_timer *t = start(&c, 0);
+    atomic_store(&busy_started, 0);
+    atomic_store(&busy_release, 0);
+    atomic_store(&per_runs, 0);
+    atomic_store(&marker_ran, 0);
+    chime_id p, q;
+    CHECK_EQ(chime_timer_schedule(t, 1 * MS, busy, NULL, NULL), 0);
+    CHECK_EQ(chime_timer_schedule_every(t, 2 * MS, 1000 * MS, per_count, NULL, &p), 0);
+    CHECK_EQ(chime_timer_schedule_every(t, 3 * MS, 1000 * MS, per_count, NULL, &q), 0);
+    CHECK_EQ(chime_timer_schedule(t, 4 * MS, marker, NULL, NULL), 0);
+    set_time(t, 1 * MS);
+    while (!atomic_load(&busy_started))
+        sched_yield();
+    set_time(t, 4 * MS); /* p's and q's runs and the marker wait behind the busy callback */
+    CHECK_EQ(chime_timer_cancel(t, p), 0);
+    CHECK_EQ(chime_timer_reschedule(t, q, 500 * MS), 0); /* next at 504 ms */
+    atomic_store(&busy_release, 1);
+    while (!atomic_load(&marker_ran)) /* the one worker takes its queue in order */
+        sched_yield();
+    CHECK_EQ(atomic_load(&per_runs), 0);
+    set_time(t, 504 * MS);
+    while (atomic_load(&per_runs) < 1) /* q runs at its new time */
+        sched_yield();
+    CHECK_EQ(chime_timer_stop(t, CHIME_STOP_NOW, NULL), 0);
+    CHECK_EQ(atomic_load(&per_runs), 1);
+    chime_timer_free(t);
+}
+
 /* ---- the real clock ---- */
 
 struct real_run {
@@ -690,6 +745,7 @@ int main(void)
         { "free without stop frees everything and calls nothing", free_without_stop_frees_everything_and_calls_nothing },
         { "with workers a slow callback does not hold up the clock", with_workers_a_slow_callback_does_not_hold_up_the_clock },
         { "a periodic run never overlaps the previous one", a_periodic_run_never_overlaps_the_previous_one },
+        { "a periodic run waiting for a worker is withdrawn by cancel and reschedule", a_periodic_run_waiting_for_a_worker_is_withdrawn_by_cancel_and_reschedule },
         { "on the real clock a timer fires and not before its deadline", on_the_real_clock_a_timer_fires_and_not_before_its_deadline },
     };
     return tap_run(tests, (int)(sizeof(tests) / sizeof(tests[0])));
