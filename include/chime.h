@@ -11,6 +11,8 @@
  *   - A chime_wheel is single-threaded: it has no lock and no atomic. Calls on one wheel must not
  *     overlap; distinct wheels are independent. Callbacks run inside chime_wheel_advance() and may
  *     call any function on the same wheel except chime_wheel_free() (see each function).
+ *   - A chime_timer (the threaded runtime, second half of this header) is the thread-safe engine:
+ *     every function but new and free may be called from any thread, callbacks included.
  */
 #ifndef CHIME_H
 #define CHIME_H
@@ -201,8 +203,11 @@ enum chime_stop {
 #define CHIME_LATENESS_BUCKETS 16
 
 struct chime_stats {
-    /* Per timer; scheduled == pending + fired + cancelled + unfired at every instant they are read
-     * together (pending is computed so), and every timer ends in exactly one of the last three. */
+    /* Per timer, as the advancing thread has seen them: a timer counts once the thread has taken it
+     * in (within an iteration of the schedule call), so while timers are in flight the figures trail
+     * the calls a little; once stop has returned they are exact. scheduled == pending + fired +
+     * cancelled + unfired whenever they are read together (pending is computed so), and every timer
+     * ends in exactly one of the last three. */
     uint64_t scheduled;   /* timers accepted by schedule, schedule_at and schedule_every */
     uint64_t pending;     /* not yet ended: waiting, queued, or handed to a worker and not started */
     uint64_t fired;       /* ended by firing: one-shot timers whose callback started */
@@ -259,8 +264,9 @@ CHIME_API int chime_timer_schedule_every(chime_timer *t, uint64_t first_delay_ns
 /*
  * Cancel a timer. Returns 0 exactly when the callback will not start after this call returns: a
  * one-shot timer had not begun firing; a periodic timer fires no more (a run already started, maybe
- * this very one, completes). The timer's memory is reclaimed within one iteration of the advancing
- * thread, not at its old deadline.
+ * this very one, completes; a run fired but still waiting for a worker is withdrawn). A one-shot
+ * timer that fired and waits for a worker has begun firing (-ENOENT). The timer's memory is reclaimed
+ * in the advancing thread's next iteration (its next wake-up), not at its old deadline.
  * Return: 0; -ENOENT if the timer already fired or started, was cancelled, never existed, or the id
  *         is stale, forged or 0; -EINVAL if t is NULL; -ESHUTDOWN after stop has returned.
  * Complexity: O(1): an id lookup, one compare-and-swap, one atomic exchange on the queue.
@@ -302,10 +308,10 @@ CHIME_API int chime_timer_stop(chime_timer *t, enum chime_stop how, chime_fn *on
 CHIME_API void chime_timer_free(chime_timer *t);
 
 /*
- * Read the counters (see struct chime_stats). Each is exact; read while timers are in flight, they
- * are a consistent-enough snapshot: pending is computed as scheduled - fired - cancelled - unfired
- * with scheduled read last, so it is never negative.
- * Complexity: O(shards + buckets). Thread safety: any thread, any time before chime_timer_free.
+ * Read the counters (see struct chime_stats). Read while timers are in flight they are a snapshot of
+ * what the advancing thread has applied: pending is computed as scheduled - fired - cancelled -
+ * unfired with scheduled read last, so it is never negative.
+ * Complexity: O(buckets). Thread safety: any thread, any time before chime_timer_free.
  */
 CHIME_API void chime_timer_stats(const chime_timer *t, struct chime_stats *out);
 

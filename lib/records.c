@@ -20,8 +20,6 @@ int chime__records_init(struct chime__records *r)
 {
     for (unsigned s = 0; s < CHIME__SHARDS; s++) {
         atomic_init(&r->shard[s].head, CHIME__REC_NIL);
-        atomic_init(&r->shard[s].scheduled, 0);
-        atomic_init(&r->shard[s].cancelled, 0);
     }
     atomic_init(&r->nchunks, 0);
     atomic_init(&r->live_chunks, 0);

@@ -56,10 +56,6 @@ _Static_assert(sizeof(struct chime__rec) == 64, "a record is one cache line");
 /* One shard: a free stack whose head word is idx | closed << 32 | tag << 33, on its own line. */
 struct chime__shard {
     _Alignas(64) _Atomic uint64_t head;
-    /* Counters for chime_timer_stats, bumped by the threads of this shard: on a line of their own so
-     * they do not bounce with the head, which the advancing thread writes when it gives back. */
-    _Alignas(64) _Atomic uint64_t scheduled;
-    _Atomic uint64_t cancelled;
 };
 
 struct chime__chunk_meta {
