@@ -532,7 +532,8 @@ int main(int argc, char **argv) {
   }
   // The defaults go first, so that the same flags given on the command line override them. A full
   // run takes the median of three repetitions, interleaved at random so that a burst of load on a
-  // shared machine spreads over all structures instead of falling on one (about 5 minutes here).
+  // shared machine spreads over all structures instead of falling on one (about 5 minutes here, and
+  // 5 more for the threaded runtime, whose workloads run one iteration per repetition).
   static char full_reps[] = "--benchmark_repetitions=3", full_time[] = "--benchmark_min_time=0.2",
               full_interleave[] = "--benchmark_enable_random_interleaving=true",
               full_aggregates[] = "--benchmark_display_aggregates_only=true",

@@ -6,7 +6,8 @@
 #   --out DIR   where results go (default: perf-results/); writes console.txt, summary.txt,
 #               perf.json, and one .dat and .svg per workload
 #   flags       passed to chime-perf, e.g. --quick, --aged, --benchmark_filter=churn,
-#               --benchmark_repetitions=1 (the default is the median of 3, about 5 minutes)
+#               --benchmark_repetitions=1 (the default is the median of 3: about 5 minutes for the
+#               wheel and its baselines, 5 more for the threaded runtime)
 # Environment: CHIME_PERF_BUILDDIR, the build directory (default build: the README's second command
 # then runs the tests in it); CHIME_PERF_QUICK=1 adds --quick (CI runs the README's command so).
 # Needs meson, ninja, a C and a C++ compiler, google-benchmark, gnuplot; jemalloc is optional.
