@@ -310,7 +310,7 @@ CHIME_API void chime_timer_free(chime_timer *t);
 /*
  * Read the counters (see struct chime_stats). Read while timers are in flight they are a snapshot of
  * what the advancing thread has applied: pending is computed as scheduled - fired - cancelled -
- * unfired with scheduled read last, so it is never negative.
+ * unfired with scheduled read last, so it is never negative. A NULL t or out is a no-op.
  * Complexity: O(buckets). Thread safety: any thread, any time before chime_timer_free.
  */
 CHIME_API void chime_timer_stats(const chime_timer *t, struct chime_stats *out);

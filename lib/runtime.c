@@ -900,6 +900,8 @@ void chime_timer_free(chime_timer *t)
 
 void chime_timer_stats(const chime_timer *t, struct chime_stats *out)
 {
+    if (!t || !out)
+        return;
     chime_timer *m = (chime_timer *)t; /* C11 atomics cannot be loaded through a const pointer */
     struct chime_stats st = { 0 };
     /* acquire: pairs with the release increments, so a timer counted as ended here was counted as

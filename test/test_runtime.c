@@ -124,6 +124,10 @@ static void bad_input_is_a_clear_error_and_schedules_nothing(void)
     }
     chime__timer_sync(t);
     expect_stats(t, 0, 0, 0, 0);
+    chime_timer_stats(t, NULL); /* no-ops, not crashes */
+    struct chime_stats st = { .scheduled = 99 };
+    chime_timer_stats(NULL, &st);
+    CHECK_EQ(st.scheduled, 99);
     chime_timer_free(t);
 }
 
