@@ -37,9 +37,10 @@ static const char *tap_current_name;
     CHECK((long long)(got) == (long long)(want), "got %lld, want %lld", (long long)(got),         \
           (long long)(want))
 
-/* A hang is a failure with a name: after CHIME_TEST_WATCHDOG seconds (default 300, far beyond any
- * test's run even under valgrind) the test in progress is reported "not ok" and the program ends.
- * It detects deadlocks; it does not judge speed. */
+/* A hang is a failure with a name: a test still running after CHIME_TEST_WATCHDOG seconds (default
+ * 300, far beyond any test's run even under valgrind) is reported "not ok" and the program ends. It
+ * detects deadlocks; it does not judge speed. CHIME_TEST_ONLY=N runs test N alone (the others are
+ * reported as skipped). */
 static void tap_hung(int sig)
 {
     (void)sig;
@@ -51,15 +52,20 @@ static void tap_hung(int sig)
 
 static inline int tap_run(const struct tap_test *tests, int n)
 {
-    const char *wd = getenv("CHIME_TEST_WATCHDOG");
+    const char *wd = getenv("CHIME_TEST_WATCHDOG"), *only = getenv("CHIME_TEST_ONLY");
     signal(SIGALRM, tap_hung);
-    alarm(wd ? (unsigned)atoi(wd) : 300);
     printf("1..%d\n", n);
     fflush(stdout);
     for (int i = 0; i < n; i++) {
         tap_current = i + 1;
         tap_current_name = tests[i].name;
+        if (only && atoi(only) != i + 1) {
+            printf("ok %d - %s # SKIP CHIME_TEST_ONLY=%s\n", i + 1, tests[i].name, only);
+            continue;
+        }
+        alarm(wd ? (unsigned)atoi(wd) : 300);
         tests[i].fn();
+        alarm(0);
         printf("ok %d - %s\n", i + 1, tests[i].name);
         fflush(stdout);
     }
