@@ -34,6 +34,8 @@
  * publishing that time in sleep_until. A producer whose deadline is earlier than sleep_until (or whose
  * free records ran out) swaps sleep_until to 0 and wakes it; one producer wins that swap, the rest
  * make no system call. The handshake is store-then-load on both sides, seq_cst (see chime__mpsc_push).
+ * Everything else the sleeper must not miss joins the same handshake: a stop or sync request (mode,
+ * sync_req) and, for a draining stop that waits for idle workers, a worker going idle (idle_seq).
  */
 #define _GNU_SOURCE /* syscall(SYS_futex), prctl: Linux interfaces beyond C11 */
 #include "runtime.h"
@@ -49,103 +51,21 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "mpsc.h"
-#include "records.h"
+#include "timer.h"
 #include "wheel.h"
-#include "workers.h"
-
-#define LIFE_MASK 3u
-#define LIFE_FREE 0u
-#define LIFE_PENDING 1u
-#define LIFE_CANCELLED 2u
-#define LIFE_DONE 3u
-#define ST_Q 4u
-#define ST_R 8u
-#define ST_RUN 16u
-#define ST_KNOWN 32u
-#define ST_W 64u
-#define ST_E 128u
-#define ST_P (1u << 16)
-#define GEN_OF(s) ((uint32_t)((s) >> 32))
 
 #define FIRE_BATCH 1024  /* callbacks per bounded advance: the queue is drained between batches */
 #define DRAIN_BATCH 4096 /* queue entries applied per iteration before time is looked at again */
 #define DEFAULT_TICK_NS UINT64_C(1000000)
 
-enum { MODE_RUNNING = 0, MODE_STOPPED = 3 }; /* and CHIME_STOP_DRAIN, CHIME_STOP_NOW while stopping */
-
-struct chime_timer {
-    struct chime__records recs;   /* shards on their own lines; see records.h */
-    struct chime__mpsc queue;
-
-    /* The sleep handshake (see the top of this file). */
-    _Alignas(64) _Atomic uint64_t sleep_until; /* 0: awake; else when it wakes (UINT64_MAX: never) */
-    _Atomic uint32_t wake_seq;                 /* the futex word producers bump to wake it */
-    _Atomic int mode;                          /* MODE_RUNNING, a chime_stop, or MODE_STOPPED */
-    _Atomic uint32_t sync_req;                 /* chime__timer_sync: requests... */
-    _Atomic uint32_t sync_done;                /* ...and the last one served (a futex word) */
-    _Atomic uint32_t idle_seq;                 /* bumped by a worker that found the pool idle */
-
-    /* Read-only after creation. */
-    uint64_t tick_ns;
-    size_t max_pending;
-    chime__clock_fn *clock;
-    void *clock_arg;
-    bool real_clock;
-
-    /* The max_pending count; touched only when max_pending is set. */
-    _Alignas(64) _Atomic size_t limited;
-
-    /* Statistics, written by the advancing thread (scheduled, cancelled, unfired) and by whichever
-     * thread runs a callback (fired, runs, lateness); never by a producer, so that the producer's path
-     * has no counter to bump (a locked add cost 13 % of schedule_at's throughput). A timer counts as
-     * scheduled when the advancing thread first takes it in, and as cancelled when it gives it back. */
-    _Alignas(64) _Atomic uint64_t scheduled, cancelled, fired, runs, unfired, late_max;
-    _Atomic uint64_t late_hist[CHIME_LATENESS_BUCKETS];
-    _Atomic size_t mem_records, mem_wheel; /* published by the advancing thread for chime__timer_memory */
-
-    /* The advancing thread's own. */
-    _Alignas(64) chime_wheel *wheel;
-    pthread_t thread;
-    struct chime__rec_batch give[CHIME__SHARDS];
-    size_t live;           /* records seen and not given back */
-    size_t freed_since_trim;
-    bool closed;           /* stop has begun: the pool is closed */
-    struct chime__item *batch; /* callbacks gathered for the workers during one bounded advance */
-    size_t batch_n, batch_cap;
-    bool use_workers;
-    struct chime__workers workers;
-
-    pthread_mutex_t stop_lock;
-    chime_fn *on_unfired;  /* set by stop before it publishes the mode */
-};
-
 /* The timer whose advancing thread or worker this thread is: stop from it would wait on itself. */
 static _Thread_local chime_timer *tls_owner;
-/* This thread's shard, plus one (0: not yet assigned). */
-static _Thread_local unsigned tls_shard;
-static _Atomic unsigned next_shard;
-
 static uint64_t monotonic_ns(void *unused)
 {
     (void)unused;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static inline uint64_t now_ns(const chime_timer *t)
-{
-    return t->clock(t->clock_arg);
-}
-
-static unsigned my_shard(void)
-{
-    if (!tls_shard) {
-        /* relaxed: the counter only spreads threads over shards; nothing is published through it. */
-        tls_shard = atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % CHIME__SHARDS + 1;
-    }
-    return tls_shard - 1;
 }
 
 /* ---- sleeping and waking ---- */
@@ -169,8 +89,7 @@ static void futex_wait_until(_Atomic uint32_t *word, uint32_t seen, uint64_t dea
     syscall(SYS_futex, word, FUTEX_WAIT_BITSET_PRIVATE, seen, timeout, NULL, FUTEX_BITSET_MATCH_ANY);
 }
 
-/* Wake the advancing thread if it sleeps until after when_ns (0: if it sleeps at all). */
-static void wake_before(chime_timer *t, uint64_t when_ns)
+void chime__timer_wake_before(chime_timer *t, uint64_t when_ns)
 {
     /* seq_cst: the waker's load in the sleep handshake; it follows the waker's seq_cst push, mode or
      * sync_req store, and pairs with the store of sleep_until in sleep_until_due. */
@@ -210,7 +129,7 @@ static void sleep_until_due(chime_timer *t, uint64_t wake_ns, int mode_seen, uin
 
 static void count_lateness(chime_timer *t, uint64_t deadline_ns)
 {
-    uint64_t start = now_ns(t);
+    uint64_t start = chime__timer_now(t);
     uint64_t late = start > deadline_ns ? start - deadline_ns : 0;
     uint64_t us = late / 1000;
     unsigned bucket = 0;
@@ -236,13 +155,6 @@ static void count(_Atomic uint64_t *counter)
                           memory_order_release);
 }
 
-/* A timer ended (fired, cancelled or unfired): give its max_pending place back. */
-static void unlimit(chime_timer *t)
-{
-    if (t->max_pending) /* relaxed: a count; the schedule that reads it needs no data from us */
-        atomic_fetch_sub_explicit(&t->limited, 1, memory_order_relaxed);
-}
-
 /* ---- the advancing thread's record handling ---- */
 
 /* Give a record back; every id naming it dies. */
@@ -264,7 +176,7 @@ static void end_unfired(chime_timer *t, struct chime__rec *rec, uint64_t old_sta
         t->on_unfired(rec->arg);
     /* release: pairs with the acquire loads in chime_timer_stats. */
     atomic_fetch_add_explicit(&t->unfired, 1, memory_order_release);
-    unlimit(t);
+    chime__timer_unlimit(t);
     if (!(old_state & ST_Q))
         release(t, rec); /* if queued, apply() gives it back when it is popped */
 }
@@ -387,7 +299,7 @@ static void finish_run(chime_timer *t, struct chime__rec *rec)
         /* seq_cst: after the push, the waker's load in the handshake; a stopping runtime waits for
          * this record. */
         if (atomic_load_explicit(&t->mode, memory_order_seq_cst) != MODE_RUNNING)
-            wake_before(t, 0);
+            chime__timer_wake_before(t, 0);
     }
 }
 
@@ -412,7 +324,7 @@ static void run_item(void *ctx, const struct chime__item *it)
     if (!it->rec) {
         /* release: pairs with the acquire loads in chime_timer_stats. */
         atomic_fetch_add_explicit(&t->fired, 1, memory_order_release);
-        unlimit(t);
+        chime__timer_unlimit(t);
     }
     it->fn(it->arg);
     if (it->rec)
@@ -427,7 +339,7 @@ static void workers_went_idle(void *ctx)
      * before it asks whether the workers are idle, and compares it after publishing sleep_until. */
     atomic_fetch_add_explicit(&t->idle_seq, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&t->mode, memory_order_seq_cst) != MODE_RUNNING)
-        wake_before(t, 0);
+        chime__timer_wake_before(t, 0);
 }
 
 /* The wheel's callback for every record: decide, by CAS, whether the timer fires. */
@@ -499,7 +411,7 @@ static void item_unfired(void *ctx, const struct chime__item *it)
     if (t->on_unfired)
         t->on_unfired(it->arg);
     atomic_fetch_add_explicit(&t->unfired, 1, memory_order_release); /* as in end_unfired */
-    unlimit(t);
+    chime__timer_unlimit(t);
 }
 
 /*
@@ -617,7 +529,7 @@ static void *advancing_main(void *p)
                 break;
         }
         bool more = drain(t, DRAIN_BATCH);
-        uint64_t now = now_ns(t);
+        uint64_t now = chime__timer_now(t);
         bool done;
         chime__wheel_advance_some(t->wheel, now / t->tick_ns, FIRE_BATCH, &done);
         hand_to_workers(t);
@@ -675,7 +587,7 @@ int chime__timer_new_clocked(chime_timer **out, const struct chime_timer_config 
     atomic_init(&t->limited, 0);
     /* The counters are zero from the zeroed allocation. */
 
-    struct chime_wheel_config wc = { .start = now_ns(t) / t->tick_ns, .levels = c.levels };
+    struct chime_wheel_config wc = { .start = chime__timer_now(t) / t->tick_ns, .levels = c.levels };
     for (unsigned i = 0; i < CHIME_MAX_LEVELS; i++)
         wc.slots[i] = c.slots[i];
     int err = chime_wheel_new(&t->wheel, &wc);
@@ -720,151 +632,6 @@ int chime_timer_new(chime_timer **out, const struct chime_timer_config *cfg)
     return chime__timer_new_clocked(out, cfg, NULL, NULL);
 }
 
-/* Take a record, fill it in, queue it. The producer's whole path: no lock, no system call unless the
- * advancing thread must be woken. */
-static int submit(chime_timer *t, uint64_t deadline_ns, uint64_t period_ns, chime_fn *fn, void *arg,
-                  chime_id *id)
-{
-    /* relaxed: a fast refusal only; the closed pool is what guarantees no timer slips past stop. */
-    if (atomic_load_explicit(&t->mode, memory_order_relaxed) != MODE_RUNNING)
-        return -ESHUTDOWN;
-    /* relaxed: a count (Netty's pendingTimeouts); it orders nothing. */
-    if (t->max_pending &&
-        atomic_fetch_add_explicit(&t->limited, 1, memory_order_relaxed) >= t->max_pending) {
-        atomic_fetch_sub_explicit(&t->limited, 1, memory_order_relaxed);
-        return -EAGAIN;
-    }
-    unsigned shard = my_shard();
-    struct chime__rec *rec;
-    int got = chime__records_take(&t->recs, shard, &rec);
-    if (got < 0) {
-        unlimit(t);
-        return got;
-    }
-    /* relaxed: the record is ours since take's acquire; its state holds the generation to use. */
-    uint64_t gen = atomic_load_explicit(&rec->state, memory_order_relaxed) >> 32;
-    rec->fn = fn;
-    rec->arg = arg;
-    rec->period_ns = period_ns;
-    rec->wheel_id = 0;
-    /* relaxed, both: published by the push (release), which the advancing thread pops (acquire). A
-     * stale id's holder may read the state meanwhile: it sees a generation that is not its own. */
-    atomic_store_explicit(&rec->deadline_ns, deadline_ns, memory_order_relaxed);
-    atomic_store_explicit(&rec->state,
-                          gen << 32 | (uint64_t)shard << 8 | LIFE_PENDING | ST_Q | ST_R,
-                          memory_order_relaxed);
-    if (id)
-        *id = gen << 32 | rec->idx; /* before the push: the callback may read it */
-    chime__mpsc_push(&t->queue, &rec->q);
-    wake_before(t, got > 0 ? 0 : deadline_ns); /* got > 0: the shard ran dry; get records back */
-    return 0;
-}
-
-static int deadline_after(const chime_timer *t, uint64_t delay_ns, uint64_t *deadline)
-{
-    uint64_t now = now_ns(t);
-    if (delay_ns > UINT64_MAX - now)
-        return -ERANGE;
-    *deadline = now + delay_ns;
-    return 0;
-}
-
-int chime_timer_schedule(chime_timer *t, uint64_t delay_ns, chime_fn *fn, void *arg, chime_id *id)
-{
-    if (!t || !fn)
-        return -EINVAL;
-    uint64_t deadline;
-    int err = deadline_after(t, delay_ns, &deadline);
-    return err ? err : submit(t, deadline, 0, fn, arg, id);
-}
-
-int chime_timer_schedule_at(chime_timer *t, uint64_t deadline_ns, chime_fn *fn, void *arg,
-                            chime_id *id)
-{
-    if (!t || !fn)
-        return -EINVAL;
-    return submit(t, deadline_ns, 0, fn, arg, id);
-}
-
-int chime_timer_schedule_every(chime_timer *t, uint64_t first_delay_ns, uint64_t period_ns,
-                               chime_fn *fn, void *arg, chime_id *id)
-{
-    if (!t || !fn || !period_ns)
-        return -EINVAL;
-    uint64_t deadline;
-    int err = deadline_after(t, first_delay_ns, &deadline);
-    return err ? err : submit(t, deadline, period_ns, fn, arg, id);
-}
-
-/* The live record an id names, or NULL. The caller re-checks the generation in its CAS. */
-static struct chime__rec *lookup(chime_timer *t, chime_id id)
-{
-    return chime__records_find(&t->recs, id);
-}
-
-int chime_timer_cancel(chime_timer *t, chime_id id)
-{
-    if (!t)
-        return -EINVAL;
-    /* acquire: pairs with the release store of MODE_STOPPED in chime_timer_stop. */
-    if (atomic_load_explicit(&t->mode, memory_order_acquire) == MODE_STOPPED)
-        return -ESHUTDOWN;
-    struct chime__rec *rec = lookup(t, id);
-    if (!rec)
-        return -ENOENT;
-    /* acquire: pairs with the release halves of the other CASes on the state. */
-    uint64_t s = atomic_load_explicit(&rec->state, memory_order_acquire);
-    do {
-        if (GEN_OF(s) != (uint32_t)(id >> 32) || (s & LIFE_MASK) != LIFE_PENDING)
-            return -ENOENT;
-        /* acq_rel: the CAS firing races with (on_fire, claim); release publishes the cancel to the
-         * advancing thread that pops the record. */
-    } while (!atomic_compare_exchange_weak_explicit(&rec->state, &s,
-                                                    (s & ~(uint64_t)(LIFE_MASK | ST_P)) | LIFE_CANCELLED | ST_Q,
-                                                    memory_order_acq_rel, memory_order_acquire));
-    unlimit(t);
-    if (!(s & ST_Q)) {
-        chime__mpsc_push(&t->queue, &rec->q);
-        /* seq_cst: as in finish_run; a draining runtime waits for this record to come back. */
-        if (atomic_load_explicit(&t->mode, memory_order_seq_cst) != MODE_RUNNING)
-            wake_before(t, 0);
-    }
-    return 0;
-}
-
-int chime_timer_reschedule(chime_timer *t, chime_id id, uint64_t delay_ns)
-{
-    if (!t)
-        return -EINVAL;
-    if (atomic_load_explicit(&t->mode, memory_order_acquire) == MODE_STOPPED) /* as in cancel */
-        return -ESHUTDOWN;
-    uint64_t deadline;
-    int err = deadline_after(t, delay_ns, &deadline);
-    if (err)
-        return err;
-    struct chime__rec *rec = lookup(t, id);
-    if (!rec)
-        return -ENOENT;
-    uint64_t s = atomic_load_explicit(&rec->state, memory_order_acquire); /* as in cancel */
-    do {
-        if (GEN_OF(s) != (uint32_t)(id >> 32) || (s & LIFE_MASK) != LIFE_PENDING)
-            return -ENOENT;
-        if (s & ST_W)
-            return 0; /* another reschedule is writing: ours is ordered just before it, and loses */
-        /* acquire: the record is ours to write (W) only once this succeeds. */
-    } while (!atomic_compare_exchange_weak_explicit(&rec->state, &s,
-                                                    (s & ~(uint64_t)ST_P) | ST_W | ST_R | ST_Q,
-                                                    memory_order_acquire, memory_order_acquire));
-    /* We hold W, so no one else writes deadline_ns and the record cannot be given back (Q is set). */
-    atomic_store_explicit(&rec->deadline_ns, deadline, memory_order_relaxed); /* published below */
-    /* release: pairs with the acquire CAS in apply(), which waits for W to clear before it reads. */
-    atomic_fetch_and_explicit(&rec->state, ~(uint64_t)ST_W, memory_order_release);
-    if (!(s & ST_Q))
-        chime__mpsc_push(&t->queue, &rec->q);
-    wake_before(t, deadline);
-    return 0;
-}
-
 int chime_timer_stop(chime_timer *t, enum chime_stop how, chime_fn *on_unfired)
 {
     if (!t || (how != CHIME_STOP_DRAIN && how != CHIME_STOP_NOW))
@@ -881,7 +648,7 @@ int chime_timer_stop(chime_timer *t, enum chime_stop how, chime_fn *on_unfired)
     /* seq_cst: publishes on_unfired (release, read after the acquire load of mode in
      * advancing_main) and is the waker's store in the sleep handshake before wake_before's load. */
     atomic_store_explicit(&t->mode, (int)how, memory_order_seq_cst);
-    wake_before(t, 0);
+    chime__timer_wake_before(t, 0);
     pthread_join(t->thread, NULL);
     /* release: pairs with the acquire loads of mode in cancel and reschedule. */
     atomic_store_explicit(&t->mode, MODE_STOPPED, memory_order_release);
@@ -927,7 +694,7 @@ void chime__timer_sync(chime_timer *t)
 {
     /* seq_cst: the waker's store in the sleep handshake (see wake_before). */
     uint32_t target = atomic_fetch_add_explicit(&t->sync_req, 1, memory_order_seq_cst) + 1;
-    wake_before(t, 0);
+    chime__timer_wake_before(t, 0);
     for (;;) {
         /* acquire: pairs with the release store in publish_sync. */
         uint32_t done = atomic_load_explicit(&t->sync_done, memory_order_acquire);
@@ -939,7 +706,7 @@ void chime__timer_sync(chime_timer *t)
 
 void chime__timer_poke(chime_timer *t)
 {
-    wake_before(t, 0);
+    chime__timer_wake_before(t, 0);
 }
 
 void chime__timer_memory(const chime_timer *t, size_t *records, size_t *wheel_nodes)
