@@ -89,13 +89,11 @@ static void futex_wait_until(_Atomic uint32_t *word, uint32_t seen, uint64_t dea
     syscall(SYS_futex, word, FUTEX_WAIT_BITSET_PRIVATE, seen, timeout, NULL, FUTEX_BITSET_MATCH_ANY);
 }
 
-void chime__timer_wake_before(chime_timer *t, uint64_t when_ns)
+void chime__timer_wake(chime_timer *t, uint64_t when_ns, uint64_t s)
 {
-    /* seq_cst: the waker's load in the sleep handshake; it follows the waker's seq_cst push, mode or
-     * sync_req store, and pairs with the store of sleep_until in sleep_until_due. */
-    uint64_t s = atomic_load_explicit(&t->sleep_until, memory_order_seq_cst);
-    while (s != 0 && when_ns < s) {
-        /* seq_cst for the same reason; only the waker whose swap succeeds makes the system call. */
+    do {
+        /* seq_cst, as the load in chime__timer_wake_before; only the waker whose swap succeeds makes
+         * the system call. */
         if (atomic_compare_exchange_weak_explicit(&t->sleep_until, &s, 0, memory_order_seq_cst,
                                                   memory_order_seq_cst)) {
             /* release: pairs with the acquire load of wake_seq in sleep_until_due. */
@@ -103,7 +101,7 @@ void chime__timer_wake_before(chime_timer *t, uint64_t when_ns)
             futex_wake_all(&t->wake_seq);
             return;
         }
-    }
+    } while (s != 0 && when_ns < s);
 }
 
 /* The advancing thread: sleep until wake_ns unless something arrived since it last looked. */

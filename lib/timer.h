@@ -83,8 +83,19 @@ struct chime_timer {
 };
 
 
-/* Wake the advancing thread if it sleeps until after when_ns (0: if it sleeps at all). Any thread. */
-void chime__timer_wake_before(chime_timer *t, uint64_t when_ns);
+/* The slow half of chime__timer_wake_before: swap sleep_until (seen as s) to 0 and wake the thread. */
+void chime__timer_wake(chime_timer *t, uint64_t when_ns, uint64_t s);
+
+/* Wake the advancing thread if it sleeps until after when_ns (0: if it sleeps at all). Any thread.
+ * Inline: on every schedule the answer is almost always "no", one load and a compare. */
+static inline void chime__timer_wake_before(chime_timer *t, uint64_t when_ns)
+{
+    /* seq_cst: the waker's load in the sleep handshake; it follows the waker's seq_cst push, mode or
+     * sync_req store, and pairs with the store of sleep_until in sleep_until_due (runtime.c). */
+    uint64_t s = atomic_load_explicit(&t->sleep_until, memory_order_seq_cst);
+    if (s != 0 && when_ns < s)
+        chime__timer_wake(t, when_ns, s);
+}
 
 /* The runtime's clock, in nanoseconds (CLOCK_MONOTONIC unless a test injected one). */
 static inline uint64_t chime__timer_now(const chime_timer *t)
