@@ -203,11 +203,12 @@ enum chime_stop {
 #define CHIME_LATENESS_BUCKETS 16
 
 struct chime_stats {
-    /* Per timer, as the advancing thread has seen them: a timer counts once the thread has taken it
-     * in (within an iteration of the schedule call), so while timers are in flight the figures trail
-     * the calls a little; once stop has returned they are exact. scheduled == pending + fired +
-     * cancelled + unfired whenever they are read together (pending is computed so), and every timer
-     * ends in exactly one of the last three. */
+    /* Per timer, as the advancing thread has seen them: a schedule or cancel counts once the thread
+     * has taken it in, which is at the latest its next wake-up (a schedule due earlier than that
+     * wakes it at once; a later one, or a cancel, waits for it, so with the earliest deadline an
+     * hour away a count can trail its call by up to an hour). Once stop has returned they are exact.
+     * scheduled == pending + fired + cancelled + unfired whenever they are read together (pending is
+     * computed so), and every timer ends in exactly one of the last three. */
     uint64_t scheduled;   /* timers accepted by schedule, schedule_at and schedule_every */
     uint64_t pending;     /* not yet ended: waiting, queued, or handed to a worker and not started */
     uint64_t fired;       /* ended by firing: one-shot timers whose callback started */
