@@ -96,12 +96,6 @@ int chime_timer_schedule_every(chime_timer *t, uint64_t first_delay_ns, uint64_t
     return err ? err : submit(t, deadline, period_ns, fn, arg, id);
 }
 
-/* The live record an id names, or NULL. The caller re-checks the generation in its CAS. */
-static struct chime__rec *lookup(chime_timer *t, chime_id id)
-{
-    return chime__records_find(&t->recs, id);
-}
-
 int chime_timer_cancel(chime_timer *t, chime_id id)
 {
     if (!t)
@@ -109,7 +103,7 @@ int chime_timer_cancel(chime_timer *t, chime_id id)
     /* acquire: pairs with the release store of MODE_STOPPED in chime_timer_stop. */
     if (atomic_load_explicit(&t->mode, memory_order_acquire) == MODE_STOPPED)
         return -ESHUTDOWN;
-    struct chime__rec *rec = lookup(t, id);
+    struct chime__rec *rec = chime__records_find(&t->recs, id); /* the CAS checks the generation */
     if (!rec)
         return -ENOENT;
     /* acquire: pairs with the release halves of the other CASes on the state. */
@@ -123,12 +117,8 @@ int chime_timer_cancel(chime_timer *t, chime_id id)
                                                     (s & ~(uint64_t)(LIFE_MASK | ST_P)) | LIFE_CANCELLED | ST_Q,
                                                     memory_order_acq_rel, memory_order_acquire));
     chime__timer_unlimit(t);
-    if (!(s & ST_Q)) {
-        chime__mpsc_push(&t->queue, &rec->q);
-        /* seq_cst: as in finish_run; a draining runtime waits for this record to come back. */
-        if (atomic_load_explicit(&t->mode, memory_order_seq_cst) != MODE_RUNNING)
-            chime__timer_wake_before(t, 0);
-    }
+    if (!(s & ST_Q))
+        chime__timer_requeue(t, rec);
     return 0;
 }
 
@@ -142,7 +132,7 @@ int chime_timer_reschedule(chime_timer *t, chime_id id, uint64_t delay_ns)
     int err = deadline_after(t, delay_ns, &deadline);
     if (err)
         return err;
-    struct chime__rec *rec = lookup(t, id);
+    struct chime__rec *rec = chime__records_find(&t->recs, id); /* the CAS checks the generation */
     if (!rec)
         return -ENOENT;
     uint64_t s = atomic_load_explicit(&rec->state, memory_order_acquire); /* as in cancel */

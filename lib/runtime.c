@@ -163,18 +163,30 @@ static void release(chime_timer *t, struct chime__rec *rec)
     t->freed_since_trim++;
 }
 
-/* End a timer that will never fire: on_unfired, counted. The caller won the CAS to DONE. */
-static void end_unfired(chime_timer *t, struct chime__rec *rec, uint64_t old_state)
+/* Take a record's timer out of the wheel, if the wheel still holds it. */
+static void drop_wheel_timer(chime_timer *t, struct chime__rec *rec)
 {
     if (rec->wheel_id) {
         chime_wheel_cancel(t->wheel, rec->wheel_id);
         rec->wheel_id = 0;
     }
+}
+
+/* A timer ends without firing: hand its argument to on_unfired, count it. */
+static void count_unfired(chime_timer *t, void *arg)
+{
     if (t->on_unfired)
-        t->on_unfired(rec->arg);
+        t->on_unfired(arg);
     /* release: pairs with the acquire loads in chime_timer_stats. */
     atomic_fetch_add_explicit(&t->unfired, 1, memory_order_release);
     chime__timer_unlimit(t);
+}
+
+/* End a timer that will never fire: on_unfired, counted. The caller won the CAS to DONE. */
+static void end_unfired(chime_timer *t, struct chime__rec *rec, uint64_t old_state)
+{
+    drop_wheel_timer(t, rec);
+    count_unfired(t, rec->arg);
     if (!(old_state & ST_Q))
         release(t, rec); /* if queued, apply() gives it back when it is popped */
 }
@@ -241,10 +253,7 @@ static void apply(chime_timer *t, struct chime__rec *rec)
     }
     switch (s & LIFE_MASK) {
     case LIFE_CANCELLED:
-        if (rec->wheel_id) {
-            chime_wheel_cancel(t->wheel, rec->wheel_id);
-            rec->wheel_id = 0;
-        }
+        drop_wheel_timer(t, rec);
         if (!(s & ST_RUN)) {
             count(&t->cancelled);
             release(t, rec); /* a running periodic timer comes back when its run ends */
@@ -292,13 +301,8 @@ static void finish_run(chime_timer *t, struct chime__rec *rec)
         /* release: pairs with the acquire in apply(). */
     } while (!atomic_compare_exchange_weak_explicit(&rec->state, &s, ns, memory_order_release,
                                                     memory_order_relaxed));
-    if ((ns & ST_Q) && !(s & ST_Q)) {
-        chime__mpsc_push(&t->queue, &rec->q);
-        /* seq_cst: after the push, the waker's load in the handshake; a stopping runtime waits for
-         * this record. */
-        if (atomic_load_explicit(&t->mode, memory_order_seq_cst) != MODE_RUNNING)
-            chime__timer_wake_before(t, 0);
-    }
+    if ((ns & ST_Q) && !(s & ST_Q))
+        chime__timer_requeue(t, rec);
 }
 
 static void run_item(void *ctx, const struct chime__item *it)
@@ -406,10 +410,7 @@ static void item_unfired(void *ctx, const struct chime__item *it)
         finish_run(t, it->rec); /* the sweep ends the periodic timer itself */
         return;
     }
-    if (t->on_unfired)
-        t->on_unfired(it->arg);
-    atomic_fetch_add_explicit(&t->unfired, 1, memory_order_release); /* as in end_unfired */
-    chime__timer_unlimit(t);
+    count_unfired(t, it->arg);
 }
 
 /*

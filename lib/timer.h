@@ -103,6 +103,17 @@ static inline uint64_t chime__timer_now(const chime_timer *t)
     return t->clock(t->clock_arg);
 }
 
+/* Push a record whose Q bit this thread has just set (a cancel, the end of a periodic run) for the
+ * advancing thread to give back. A stopping runtime waits for such records, so wake it then; a
+ * running one takes them in at its next iteration. */
+static inline void chime__timer_requeue(chime_timer *t, struct chime__rec *rec)
+{
+    chime__mpsc_push(&t->queue, &rec->q);
+    /* seq_cst: after the push, the waker's load in the sleep handshake. */
+    if (atomic_load_explicit(&t->mode, memory_order_seq_cst) != MODE_RUNNING)
+        chime__timer_wake_before(t, 0);
+}
+
 /* A timer ended (fired, cancelled or unfired): give its max_pending place back. */
 static inline void chime__timer_unlimit(chime_timer *t)
 {
