@@ -81,6 +81,24 @@ void wait_applied(chime_timer *t) {
   while (!done.load(std::memory_order_acquire)) sched_yield();
 }
 
+// Schedule n timers one to two hours away, ids into `ids` when given. Return: false if one failed.
+bool prefill(chime_timer *t, size_t n, uint64_t &rng, chime_id *ids = nullptr) {
+  for (size_t i = 0; i < n; i++)
+    if (chime_timer_schedule(t, kHourNs + xorshift(rng) % kHourNs, noop, nullptr, ids ? &ids[i] : nullptr))
+      return false;
+  return true;
+}
+
+// A throughput workload's two figures, in millions per second (`unit` names them): `items` over the
+// producer's time (start to produced, which is also the iteration's time) and until applied.
+void note_rates(benchmark::State &st, const std::string &name, const char *unit, size_t items,
+                uint64_t start, uint64_t produced, uint64_t applied) {
+  double secs = double(produced - start) / 1e9;
+  st.SetIterationTime(secs);
+  note(name + "_producer_" + unit, double(items) / secs / 1e6);
+  note(name + "_applied_" + unit, double(items) / (double(applied - start) / 1e9) / 1e6);
+}
+
 size_t rss_bytes() {
   std::ifstream in("/proc/self/statm");
   size_t pages = 0, resident = 0;
@@ -127,11 +145,8 @@ void BM_runtime_schedule(benchmark::State &st) {
     uint64_t applied = mono_ns();
     chime_timer_free(t);
     if (bad) return (void)fail(st, "schedule failed");
-    double secs = double(produced - start) / 1e9;
-    st.SetIterationTime(secs);
-    std::string k = std::string(absolute ? "schedule_at_" : "schedule_") + std::to_string(producers) + "p";
-    note(k + "_producer_Mps", double(total) / secs / 1e6);
-    note(k + "_applied_Mps", double(total) / (double(applied - start) / 1e9) / 1e6);
+    note_rates(st, std::string(absolute ? "schedule_at_" : "schedule_") + std::to_string(producers) + "p",
+               "Mps", total, start, produced, applied);
   }
   st.SetItemsProcessed(int64_t(st.iterations() * total));
 }
@@ -148,9 +163,10 @@ void BM_runtime_churn(benchmark::State &st) {
   for (auto _ : st) {
     chime_timer *t = make_timer(st);
     if (!t) return;
-    for (size_t i = 0; i < n; i++)
-      if (chime_timer_schedule(t, kHourNs + xorshift(rng) % kHourNs, noop, nullptr, &ids[i]))
-        return (void)fail(st, "churn: prefill failed");
+    if (!prefill(t, n, rng, ids.data())) {
+      chime_timer_free(t);
+      return (void)fail(st, "churn: prefill failed");
+    }
     wait_applied(t);
     bool bad = false;
     uint64_t start = mono_ns();
@@ -164,10 +180,7 @@ void BM_runtime_churn(benchmark::State &st) {
     uint64_t applied = mono_ns();
     chime_timer_free(t);
     if (bad) return (void)fail(st, "churn: a cancel or schedule failed");
-    double secs = double(produced - start) / 1e9;
-    st.SetIterationTime(secs);
-    note("churn_producer_Mops", double(pairs) / secs / 1e6);
-    note("churn_applied_Mops", double(pairs) / (double(applied - start) / 1e9) / 1e6);
+    note_rates(st, "churn", "Mops", pairs, start, produced, applied);
   }
   st.SetItemsProcessed(int64_t(st.iterations() * pairs));
 }
@@ -197,8 +210,10 @@ void BM_runtime_lateness(benchmark::State &st) {
   for (auto _ : st) {
     chime_timer *t = make_timer(st);
     if (!t) return;
-    for (size_t i = 0; i < background; i++)
-      chime_timer_schedule(t, kHourNs + xorshift(rng) % kHourNs, noop, nullptr, nullptr);
+    if (!prefill(t, background, rng)) {
+      chime_timer_free(t);
+      return (void)fail(st, "lateness: background schedule failed");
+    }
     wait_applied(t);
     std::atomic<size_t> count{0};
     uint64_t start = mono_ns();
@@ -259,8 +274,10 @@ void BM_runtime_idle(benchmark::State &st) {
   for (auto _ : st) {
     chime_timer *t = make_timer(st);
     if (!t) return;
-    for (size_t i = 0; i < n; i++)
-      chime_timer_schedule(t, kHourNs + xorshift(rng) % kHourNs, noop, nullptr, nullptr);
+    if (!prefill(t, n, rng)) {
+      chime_timer_free(t);
+      return (void)fail(st, "idle: schedule failed");
+    }
     wait_applied(t);
     sleep_ms(50);  // let it finish its iteration and go to sleep
     // Reading /proc costs this thread CPU time: done outside the CPU window.
