@@ -559,14 +559,15 @@ static void free_without_stop_frees_everything_and_calls_nothing(void)
 
 /* ---- workers ---- */
 
-static _Atomic int slow_released;
-static _Atomic int slow_finished;
+/* A callback that holds its worker until the test releases it. */
+static _Atomic int slow_started, slow_released, slow_finished;
 
 static void slow_callback(void *arg)
 {
     (void)arg;
+    atomic_store(&slow_started, 1);
     while (!atomic_load(&slow_released))
-        sched_yield(); /* held until the later timer has fired: proof that the clock did not wait */
+        sched_yield();
     atomic_store(&slow_finished, 1);
 }
 
@@ -585,7 +586,7 @@ static void with_workers_a_slow_callback_does_not_hold_up_the_clock(void)
     CHECK_EQ(chime_timer_schedule(t, 1 * MS, slow_callback, NULL, NULL), 0);
     CHECK_EQ(chime_timer_schedule(t, 2 * MS, release_slow, NULL, NULL), 0);
     set_time(t, 1 * MS);
-    set_time(t, 2 * MS); /* would never return if the first callback held the advancing thread */
+    set_time(t, 2 * MS); /* would never return if the slow callback held the advancing thread */
     while (!atomic_load(&slow_finished))
         sched_yield();
     CHECK_EQ(chime_timer_stop(t, CHIME_STOP_DRAIN, NULL), 0);
@@ -625,15 +626,7 @@ static void a_periodic_run_never_overlaps_the_previous_one(void)
     chime_timer_free(t);
 }
 
-static _Atomic int busy_started, busy_release, per_runs, marker_ran;
-
-static void busy(void *arg)
-{
-    (void)arg;
-    atomic_store(&busy_started, 1);
-    while (!atomic_load(&busy_release))
-        sched_yield();
-}
+static _Atomic int per_runs, marker_ran;
 
 static void per_count(void *arg)
 {
@@ -653,22 +646,22 @@ static void a_periodic_run_waiting_for_a_worker_is_withdrawn_by_cancel_and_resch
 {
     struct chime_timer_config c = { .workers = 1 };
     chime_timer *t = start(&c, 0);
-    atomic_store(&busy_started, 0);
-    atomic_store(&busy_release, 0);
+    atomic_store(&slow_started, 0);
+    atomic_store(&slow_released, 0);
     atomic_store(&per_runs, 0);
     atomic_store(&marker_ran, 0);
     chime_id p, q;
-    CHECK_EQ(chime_timer_schedule(t, 1 * MS, busy, NULL, NULL), 0);
+    CHECK_EQ(chime_timer_schedule(t, 1 * MS, slow_callback, NULL, NULL), 0);
     CHECK_EQ(chime_timer_schedule_every(t, 2 * MS, 1000 * MS, per_count, NULL, &p), 0);
     CHECK_EQ(chime_timer_schedule_every(t, 3 * MS, 1000 * MS, per_count, NULL, &q), 0);
     CHECK_EQ(chime_timer_schedule(t, 4 * MS, marker, NULL, NULL), 0);
     set_time(t, 1 * MS);
-    while (!atomic_load(&busy_started))
+    while (!atomic_load(&slow_started))
         sched_yield();
     set_time(t, 4 * MS); /* p's and q's runs and the marker wait behind the busy callback */
     CHECK_EQ(chime_timer_cancel(t, p), 0);
     CHECK_EQ(chime_timer_reschedule(t, q, 500 * MS), 0); /* next at 504 ms */
-    atomic_store(&busy_release, 1);
+    atomic_store(&slow_released, 1);
     while (!atomic_load(&marker_ran)) /* the one worker takes its queue in order */
         sched_yield();
     CHECK_EQ(atomic_load(&per_runs), 0);
