@@ -25,7 +25,7 @@
 #include "chime.h"
 #include "reference.h"
 #include "rng.h"
-#include "wheel.h"
+#include "wheel/wheel.h"
 
 /* cr_assert's check and message, paid only when the check fails. */
 #define EXPECT(cond, ...)          \

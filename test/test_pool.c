@@ -2,7 +2,7 @@
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
 
-#include "pool.h"
+#include "wheel/pool.h"
 
 static struct chime__pool p;
 

@@ -11,8 +11,8 @@
 #include <time.h>
 
 #include "chime.h"
-#include "records.h"
-#include "runtime.h"
+#include "runtime/records.h"
+#include "runtime/runtime.h"
 #include "tap.h"
 
 #define MS UINT64_C(1000000)

@@ -6,7 +6,7 @@
 
 #include "chime.h"
 #include "log.h"
-#include "wheel.h"
+#include "wheel/wheel.h"
 
 #define SEC UINT64_C(1000)
 #define MIN (60 * SEC)

@@ -5,8 +5,8 @@
 
 #include "chime.h"
 #include "log.h"
-#include "pool.h"
-#include "wheel.h"
+#include "wheel/pool.h"
+#include "wheel/wheel.h"
 
 static chime_wheel *w;
 

@@ -5,7 +5,7 @@
 
 #include "chime.h"
 #include "log.h"
-#include "wheel.h"
+#include "wheel/wheel.h"
 
 static chime_wheel *w;
 

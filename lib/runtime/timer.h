@@ -12,10 +12,10 @@
 #include <stdint.h>
 
 #include "chime.h"
-#include "mpsc.h"
-#include "records.h"
-#include "runtime.h"
-#include "workers.h"
+#include "runtime/mpsc.h"
+#include "runtime/records.h"
+#include "runtime/runtime.h"
+#include "runtime/workers.h"
 
 /* The state word's flags (bits 0-7 and 16; the shard is bits 8-15, the generation bits 32-63). They
  * keep short names, unlike the rest of what library files share (chime__*): they are the vocabulary

@@ -1,5 +1,5 @@
 /* The runtime's worker pool: see workers.h. */
-#include "workers.h"
+#include "runtime/workers.h"
 
 #include <errno.h>
 

@@ -1,6 +1,6 @@
 /* The runtime's record pool: see records.h. */
 #define _GNU_SOURCE /* mmap flags, madvise: Linux interfaces beyond C11 */
-#include "records.h"
+#include "runtime/records.h"
 
 #include <errno.h>
 #include <sys/mman.h>

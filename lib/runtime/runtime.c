@@ -38,7 +38,7 @@
  * sync_req) and, for a draining stop that waits for idle workers, a worker going idle (idle_seq).
  */
 #define _GNU_SOURCE /* syscall(SYS_futex), prctl: Linux interfaces beyond C11 */
-#include "runtime.h"
+#include "runtime/runtime.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -51,8 +51,8 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "timer.h"
-#include "wheel.h"
+#include "runtime/timer.h"
+#include "wheel/wheel.h"
 
 #define FIRE_BATCH 1024  /* callbacks per bounded advance: the queue is drained between batches */
 #define DRAIN_BATCH 4096 /* queue entries applied per iteration before time is looked at again */

@@ -71,14 +71,14 @@
  * levels). advance is O(levels + occupied slots passed + timers fired + timer cascades); a timer
  * cascades at most once per level it passes. Memory: 48 bytes per timer (pool.h) plus 8 bytes per slot.
  */
-#include "wheel.h"
+#include "wheel/wheel.h"
 
 #include <errno.h>
 #include <stdbool.h>
 
 #include "alloc.h"
 #include "bits.h"
-#include "pool.h"
+#include "wheel/pool.h"
 
 /* The layout the clock of the card describes; see the table above. */
 static const struct chime_wheel_config default_config = { CHIME_LAYOUT_MILLISECONDS };

@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #include "chime.h"
-#include "mpsc.h"
+#include "runtime/mpsc.h"
 
 #define CHIME__REC_CHUNK_SHIFT 12
 #define CHIME__REC_CHUNK (1u << CHIME__REC_CHUNK_SHIFT)

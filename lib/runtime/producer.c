@@ -5,7 +5,7 @@
  */
 #include <errno.h>
 
-#include "timer.h"
+#include "runtime/timer.h"
 
 /* This thread's shard, plus one (0: not yet assigned). */
 static _Thread_local unsigned tls_shard;

@@ -1,5 +1,5 @@
 /* The timer-node pool: see pool.h. */
-#include "pool.h"
+#include "wheel/pool.h"
 
 #include <errno.h>
 
