@@ -35,8 +35,11 @@
  *   wait for: the sink takes the logic's key locks.
  *
  * DURABILITY (the promises the logic's contract in chime.h rests on)
- *   D1 put, cancel, requeue and drop: with CHIME_SYNC_EACH, durable when they return 0; with
- *      CHIME_SYNC_INTERVAL, durable within sync_interval_ns, and by the time a later sync() returns.
+ *   D1 put, cancel, dead_requeue and dead_drop record the change and return a ticket; the change is
+ *      durable once wait(ticket) has returned 0 (the logic calls it with CHIME_SYNC_EACH, after
+ *      releasing its lock on the key, so that one key's commit does not hold up its neighbours);
+ *      in any mode, within sync_interval_ns, and by the time a later sync() returns. A change is
+ *      visible to every later call as soon as it is recorded, durable or not.
  *   D2 fire: durable when it returns, in either mode (the handler starts only afterwards).
  *   D3 ack and bury: durable by the next group commit or sync(); not waited for.
  *   D4 Per-key prefix: when an operation on a key is durable, every earlier operation on that key is
@@ -148,20 +151,25 @@ struct chime__backend_ops {
 
     /*
      * Record a put (D1). Replaces the key's pending timer if there is one (reported in
-     * res->replaced), unless if_version says otherwise.
-     * Return: 0; -ESTALE (if_version did not match); -EIO,
-     *         -ENOSPC (D5); -ENOMEM.
+     * res->replaced), even one whose firing is recorded (its handler runs on; its ack and retry then
+     * change nothing), unless if_version says otherwise.
+     * Return: 0 and *ticket; -ESTALE (if_version did not match); -EIO, -ENOSPC (D5); -ENOMEM.
      */
-    int (*put)(struct chime__backend *b, const struct chime__put *p, struct chime__put_result *res);
+    int (*put)(struct chime__backend *b, const struct chime__put *p, struct chime__put_result *res,
+               uint64_t *ticket);
 
     /*
      * Record that key's pending timer is cancelled (D1). *victim receives the cancelled timer's ref.
-     * Return: 0; -ENOENT if none is pending; -EINPROGRESS if its firing is recorded and not yet
-     *         acknowledged by whichever process fires it (PostgreSQL: another node's handler is
-     *         running; the journal never returns it: the logic answers for its own handlers);
-     *         -EIO, -ENOSPC; -ENOMEM.
+     * Return: 0 and *ticket; -ENOENT if none is pending; -EINPROGRESS if its firing is recorded
+     *         (fire) and it has not been acknowledged, retried or buried since: its handler is running
+     *         (here, or on another node), and it is not cancelled; -EIO, -ENOSPC; -ENOMEM.
      */
-    int (*cancel)(struct chime__backend *b, const void *key, size_t key_len, struct chime__ref *victim);
+    int (*cancel)(struct chime__backend *b, const void *key, size_t key_len, struct chime__ref *victim,
+                  uint64_t *ticket);
+
+    /* Wait until the change that returned ticket is durable (D1); 0 is a ticket with nothing to wait
+     * for. Return: 0; -EIO, -ENOSPC. */
+    int (*wait)(struct chime__backend *b, uint64_t ticket);
 
     /*
      * Record the firings of n timers (D2), each only if it is still this process's to fire (its
@@ -207,16 +215,17 @@ struct chime__backend_ops {
      * Make key's dead letter a pending timer again, due at due_ns, with its payload and attempt 0,
      * replacing the key's pending timer if any (D1, as put). fn is called once, before this returns,
      * with the new timer (its payload is the dead letter's), so that the logic can arm it.
-     * Return: 0; -ENOENT if the key has no dead letter; -EIO, -ENOSPC; -ENOMEM.
+     * Return: 0 and *ticket; -ENOENT if the key has no dead letter; -EIO, -ENOSPC; -ENOMEM.
      */
     int (*dead_requeue)(struct chime__backend *b, const void *key, size_t key_len, uint64_t due_ns,
-                        struct chime__put_result *res, chime__timer_fn *fn, void *ctx);
+                        struct chime__put_result *res, chime__timer_fn *fn, void *ctx,
+                        uint64_t *ticket);
 
     /*
      * Delete key's dead letter for good (D1).
-     * Return: 0; -ENOENT if it has none; -EIO, -ENOSPC, -ENOMEM.
+     * Return: 0 and *ticket; -ENOENT if it has none; -EIO, -ENOSPC, -ENOMEM.
      */
-    int (*dead_drop)(struct chime__backend *b, const void *key, size_t key_len);
+    int (*dead_drop)(struct chime__backend *b, const void *key, size_t key_len, uint64_t *ticket);
 
     /* Wait until everything recorded before the call is durable. Return: 0; -EIO, -ENOSPC. */
     int (*sync)(struct chime__backend *b);

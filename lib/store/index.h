@@ -1,0 +1,89 @@
+/*
+ * The journal's key index: for every key, the version and due time of its pending timer, and the
+ * version of its dead letter. It is how a put finds the timer it replaces and a cancel knows whether
+ * a key is pending, for keys whose timers are far away and held nowhere in memory.
+ *
+ * The index is derived: open() rebuilds it from the journal, so it is never synced and a crash
+ * cannot damage it. Its tables live in unnamed files (O_TMPFILE) in the journal's directory, mapped
+ * shared: the kernel's page cache holds them and may write them out and evict them under pressure,
+ * and the index gives its mapped pages back every few thousand operations once it is larger than
+ * 16 MB (madvise DONTNEED: the data stays in the page cache, the process's resident set drops). That
+ * is how 10^7 far timers cost the process little resident memory: a key lookup then costs a page
+ * fault where it would have cost a cache miss.
+ *
+ * A key is named by its SipHash-2-4-128 under a key drawn at random at open (hash.c). Tables are
+ * open-addressed with linear probing, 32 bytes a slot, at most 3/4 full, in 32 stripes by hash, each
+ * with its own lock: calls for one key hold its stripe's lock (chime__index_lock).
+ */
+#ifndef CHIME_STORE_INDEX_H
+#define CHIME_STORE_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/hash.h"
+
+struct chime__index;
+
+enum chime__index_table {
+    CHIME__IX_PENDING = 0, /* key -> version and due time of its pending timer */
+    CHIME__IX_DEAD = 1,    /* key -> version of its dead letter */
+};
+
+/* A flag the journal keeps in a pending entry's version: its firing is recorded (fire) and the
+ * handler has not finished. Versions stay below it. A rebuild never sets it: after a restart nothing
+ * is running. */
+#define CHIME__IX_FIRING (UINT64_C(1) << 62)
+
+struct chime__ikey {
+    struct chime__hash h;
+    unsigned stripe;
+};
+
+/* Return: 0; -ENOMEM. The tables' files go in the directory `dir` (borrowed). */
+int chime__index_open(struct chime__index **out, int dir);
+void chime__index_free(struct chime__index *ix);
+
+/* The key's name in this index. Any thread, no lock. */
+void chime__index_key(const struct chime__index *ix, const void *key, size_t len,
+                      struct chime__ikey *out);
+
+void chime__index_lock(struct chime__index *ix, const struct chime__ikey *k);
+void chime__index_unlock(struct chime__index *ix, const struct chime__ikey *k);
+
+/* With k's stripe locked: */
+/* Return: 1 and the entry, or 0 if the key has none. */
+int chime__index_get(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
+                     uint64_t *version, uint64_t *due);
+/* Make room for one more entry in table t of k's stripe, so that the next chime__index_set there
+ * cannot fail. Return: 0; -ENOMEM, -ENOSPC or an I/O error if the table had to grow. */
+int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
+                         const struct chime__ikey *k);
+/* Insert or overwrite. Return: 0; as chime__index_reserve (never after a reserve on the stripe). */
+int chime__index_set(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
+                     uint64_t version, uint64_t due);
+void chime__index_del(struct chime__index *ix, enum chime__index_table t,
+                      const struct chime__ikey *k);
+
+/*
+ * Rebuilding (open, one thread, no lock needed): apply records in any order. A key keeps its
+ * greatest version, live or ended, so a version ended and then met again cannot come back.
+ * Return: 0 or an error as chime__index_set.
+ */
+int chime__index_rebuild_put(struct chime__index *ix, enum chime__index_table t,
+                             const struct chime__ikey *k, uint64_t version, uint64_t due);
+int chime__index_rebuild_kill(struct chime__index *ix, enum chime__index_table t,
+                              const struct chime__ikey *k, uint64_t version);
+/* Drop what ended. Return: 0 or an error as chime__index_set. */
+int chime__index_rebuild_done(struct chime__index *ix);
+
+/* Live entries in table t (exact when no call runs). Any thread. */
+uint64_t chime__index_count(const struct chime__index *ix, enum chime__index_table t);
+
+/* Give mapped pages back if it is time to (see above). Any thread holding no stripe lock. */
+void chime__index_trim(struct chime__index *ix);
+
+/* Bytes of the tables' files. */
+uint64_t chime__index_bytes(const struct chime__index *ix);
+
+#endif /* CHIME_STORE_INDEX_H */
