@@ -23,7 +23,8 @@ static int cmp_rec(const void *a, const void *b) { return chime__rec_cmp(a, b); 
 
 void chime__rec_sort(struct chime__rec *recs, size_t n)
 {
-    qsort(recs, n, sizeof *recs, cmp_rec);
+    if (n)
+        qsort(recs, n, sizeof *recs, cmp_rec);
 }
 
 void chime__collapse_init(struct chime__collapse *c, enum chime__collapse_mode mode,

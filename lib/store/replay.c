@@ -95,7 +95,8 @@ static int sort_out(struct listing *l, int dir)
     int err = chime__io_list(dir, list_one, l);
     if (err)
         return err;
-    qsort(l->runs, l->nruns, sizeof *l->runs, cmp_range);
+    if (l->nruns)
+        qsort(l->runs, l->nruns, sizeof *l->runs, cmp_range);
     size_t kept = 0;
     for (size_t i = 0; i < l->nruns; i++) {
         /* Sorted by lo, widest first: a run is contained in another iff in the last one kept. */
@@ -113,7 +114,8 @@ static int sort_out(struct listing *l, int dir)
     }
     l->nruns = kept;
     uint64_t covered = kept ? l->runs[kept - 1].hi : 0;
-    qsort(l->segs, l->nsegs, sizeof *l->segs, cmp_u64);
+    if (l->nsegs)
+        qsort(l->segs, l->nsegs, sizeof *l->segs, cmp_u64);
     kept = 0;
     for (size_t i = 0; i < l->nsegs; i++) {
         if (l->segs[i] <= covered) {
