@@ -142,8 +142,9 @@ struct chime__backend_ops {
     const char *name;
 
     /*
-     * Open the backend for cfg (cfg->path for the journal) and recover (D6). Loads nothing: the
-     * logic calls load() next. cfg and sink outlive the backend.
+     * Open the backend for cfg (cfg->path for the journal) and recover (D6). Loads nothing (the
+     * logic calls load() next) and calls nothing of the sink before it returns. Refuses a second
+     * opener (-EBUSY) before starting any thread. cfg and sink outlive the backend.
      * Return: 0; -EBUSY (another process holds it), -EBADMSG (damaged), -ENOMEM, -EIO, ...
      */
     int (*open)(struct chime__backend **out, const struct chime_store_config *cfg,

@@ -1,8 +1,8 @@
 /*
  * Opening and closing a store, and the backend's calls into it (the sink).
  *
- * OPEN: the config gets its defaults, the runtime starts, the backend recovers the journal, the
- * dispatcher starts, everything due within the horizon is loaded (what is overdue fires at once, as
+ * OPEN: the config gets its defaults, the backend locks and recovers the journal, the runtime starts,
+ * the dispatcher starts, everything due within the horizon is loaded (what is overdue fires at once, as
  * the rate limit lets it), and the keeper starts watching the clock.
  *
  * CLOSE, in the order that keeps every pointer valid: no new calls (-ESHUTDOWN); the keeper stops
@@ -172,13 +172,13 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
     }
     s->sink = (struct chime__sink){ s, sink_arm, sink_revoke, sink_failed };
     s->ops = chime__backend_for(&s->cfg);
-    if (!err)
-        err = chime_timer_new(&s->rt, &s->cfg.runtime);
-    if (!err) {
+    if (!err) { /* first: a second opener fails on the directory's lock before any thread starts */
         err = s->ops->open(&s->b, &s->cfg, &s->sink);
         if (err)
             s->b = NULL;
     }
+    if (!err)
+        err = chime_timer_new(&s->rt, &s->cfg.runtime);
     if (!err)
         err = chime__store_start_dispatcher(s);
     if (!err)

@@ -273,6 +273,8 @@ CHIME_API int chime_store_cancel(chime_store *s, const void *key, size_t key_len
     chime__store_find(st, hash, key, key_len, &p, &r);
     struct chime__ref victim;
     err = s->ops->cancel(s->b, key, key_len, &victim, &ticket);
+    if (err == -ENOENT && r)
+        err = -EINPROGRESS; /* nothing pending, but a firing runs: it cannot be stopped */
     if (!err) {
         if (p)
             chime__store_drop(s, st, p);
