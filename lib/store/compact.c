@@ -317,6 +317,9 @@ static int maybe_merge(struct chime__backend *j)
 static void *flusher_main(void *arg)
 {
     struct chime__backend *j = arg;
+    int err = maybe_merge(j); /* what earlier lives (or crashes) left, before anything new */
+    if (err)
+        chime__journal_fail(j, err);
     chime__wal_prepare(j->wal); /* not sticky: the log retries, and fails for good itself */
     pthread_mutex_lock(&j->lock);
     while (!j->stopping && !j->error) {

@@ -10,8 +10,9 @@
  *    is not whole. If a later segment holds a whole record, that was damage: -EBADMSG, and nothing
  *    has been changed on disk. Otherwise it is the torn tail: everything before it counts, it and
  *    everything after it do not (format.md, "The reader's rules").
- * 4. Flush every segment into a run, the torn one up to its last whole record, and delete it. The
- *    log then starts afresh in a new segment.
+ * 4. Flush every segment into a run, the torn one up to its last whole record, and delete it; the
+ *    newest ones that hold no whole record are just deleted, and the log starts afresh at the first
+ *    of their numbers (a restart of an idle store adds no file).
  *
  * The index is order-independent (index.h, rebuild), so step 3 may read segments after runs even
  * where a run holds records older than a KILL in a segment. Versions restart above every version and
@@ -285,14 +286,22 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
     if (!err)
         err = chime__index_rebuild_done(j->ix);
 
-    for (size_t i = 0; !err && i < l.nsegs; i++) { /* step 4 */
-        if (i < usable) {
-            err = chime__journal_flush_segment(j, l.segs[i], valid[i]);
-        } else { /* after the torn tail: holds nothing whole; an empty run keeps the numbering */
-            err = chime__journal_flush_segment(j, l.segs[i], 0);
-        }
+    /* Step 4. The newest segments that hold no whole record (the one a restart left empty, what
+     * follows a torn tail) are deleted, and the log starts again at the first of their numbers:
+     * no run is spent on nothing, and the numbering has no gap. */
+    size_t keep = err ? 0 : usable;
+    while (keep && valid[keep - 1] <= CHIME__FILE_HEADER)
+        keep--;
+    for (size_t i = 0; !err && i < keep; i++)
+        err = chime__journal_flush_segment(j, l.segs[i], valid[i]);
+    for (size_t i = l.nsegs; !err && i > keep; i--) { /* (none on error: keep is 0 then) */
+        char name[CHIME__NAME_MAX];
+        chime__wal_name(name, l.segs[i - 1]);
+        err = chime__io_unlinkat(j->dir, name);
     }
-    uint64_t last = l.nsegs ? l.segs[l.nsegs - 1] : l.nruns ? l.runs[l.nruns - 1].hi : 0;
+    if (!err && keep < l.nsegs)
+        err = chime__io_fsync(j->dir);
+    uint64_t last = keep ? l.segs[keep - 1] : l.nruns ? l.runs[l.nruns - 1].hi : 0;
     *first_segment = last + 1;
     *next_version = rb.next_version;
     free(valid);

@@ -248,11 +248,11 @@ static void *writer_main(void *arg)
 
         pthread_mutex_lock(&w->lock);
         if (err) {
-            fail_locked(w, err);
-            pthread_mutex_unlock(&w->lock);
+            /* Tell the journal (and the store) before any waiter can see the error, so that the
+             * caller who gets -EIO finds the store failed. The callback takes no lock of ours. */
             if (w->cfg.failed)
                 w->cfg.failed(w->cfg.ctx, err);
-            pthread_mutex_lock(&w->lock);
+            fail_locked(w, err);
             break;
         }
         w->durable = end;

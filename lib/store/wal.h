@@ -28,7 +28,9 @@ struct chime__wal_config {
     /* Called by the writer thread, without the log's lock, each time a segment is sealed (complete
      * and synced): its number. */
     void (*sealed)(void *ctx, uint64_t segment);
-    void (*failed)(void *ctx, int err); /* once, when a write or sync first fails */
+    void (*failed)(void *ctx, int err); /* once, when a write or sync first fails, with the log's lock
+                                           held (it must not call the log) and before any caller
+                                           sees the error */
     void *ctx;
 };
 
