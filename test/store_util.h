@@ -257,4 +257,19 @@ static inline void store_wait_idle(chime_store *s)
     }
 }
 
+/* main() of a test file whose tests share one journal directory and one recorder: run them, then
+ * remove the directory. */
+static inline int store_tests_run(const struct tap_test *tests, int n, char **dir,
+                                  struct recorder *rec, uint64_t (*clock)(void))
+{
+    recorder_init(rec, clock);
+    int rc = tap_run(tests, n);
+    if (*dir) {
+        tmpdir_remove(*dir);
+        free(*dir);
+    }
+    recorder_free(rec);
+    return rc;
+}
+
 #endif /* CHIME_TEST_STORE_UTIL_H */

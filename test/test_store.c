@@ -540,6 +540,44 @@ static void the_rate_limit_bounds_handler_starts_over_any_interval(void)
               k, (double)(starts[k - 1] - opened) / 1e9);
 }
 
+static int64_t die_in_handler(void *ctx, const struct chime_fire *f)
+{
+    (void)ctx;
+    (void)f;
+    _exit(0); /* the process ends while the handler runs: its firing is recorded, not acknowledged */
+}
+
+static void a_firing_cut_by_the_process_ending_fires_again_with_attempt_plus_one(void)
+{
+    fresh();
+    fflush(stdout);
+    pid_t pid = fork(); /* the parent opens nothing before: the child starts its threads alone */
+    if (pid == 0) {
+        struct chime_store_config cfg = { .path = dir };
+        chime_store *s;
+        if (chime_store_open(&s, &cfg, die_in_handler, NULL) != 0 ||
+            chime_store_put(s, "order-9", 7, "unpaid", 6, 0) != 0)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status), "child");
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    chime_store *s = open_store(NULL);
+    recorder_wait(&rec, 1);
+    store_wait_idle(s);
+    CHECK_EQ(recorder_count(&rec), 1);
+    CHECK(strcmp(rec.f[0].key, "order-9") == 0 && strcmp(rec.f[0].payload, "unpaid") == 0, "key");
+    CHECK_EQ(rec.f[0].attempt, 2);
+    CHECK_EQ(chime_store_close(s), 0);
+    s = open_store(NULL); /* acknowledged now: gone for good */
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 0);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
 static const struct tap_test tests[] = {
     { "a_put_fires_once_at_its_due_time_never_before", a_put_fires_once_at_its_due_time_never_before },
     { "a_due_time_in_the_past_fires_at_once", a_due_time_in_the_past_fires_at_once },
@@ -571,16 +609,11 @@ static const struct tap_test tests[] = {
       a_handler_running_during_close_gets_eshutdown },
     { "the_rate_limit_bounds_handler_starts_over_any_interval",
       the_rate_limit_bounds_handler_starts_over_any_interval },
+    { "a_firing_cut_by_the_process_ending_fires_again_with_attempt_plus_one",
+      a_firing_cut_by_the_process_ending_fires_again_with_attempt_plus_one },
 };
 
 int main(void)
 {
-    recorder_init(&rec, NULL);
-    int rc = tap_run(tests, (int)(sizeof tests / sizeof tests[0]));
-    if (dir) {
-        tmpdir_remove(dir);
-        free(dir);
-    }
-    recorder_free(&rec);
-    return rc;
+    return store_tests_run(tests, (int)(sizeof tests / sizeof tests[0]), &dir, &rec, NULL);
 }

@@ -130,12 +130,5 @@ static const struct tap_test tests[] = {
 
 int main(void)
 {
-    recorder_init(&rec, fake_wall);
-    int rc = tap_run(tests, (int)(sizeof tests / sizeof tests[0]));
-    if (dir) {
-        tmpdir_remove(dir);
-        free(dir);
-    }
-    recorder_free(&rec);
-    return rc;
+    return store_tests_run(tests, (int)(sizeof tests / sizeof tests[0]), &dir, &rec, fake_wall);
 }

@@ -358,12 +358,5 @@ static const struct tap_test tests[] = {
 
 int main(void)
 {
-    recorder_init(&rec, NULL);
-    int rc = tap_run(tests, (int)(sizeof tests / sizeof tests[0]));
-    if (dir) {
-        tmpdir_remove(dir);
-        free(dir);
-    }
-    recorder_free(&rec);
-    return rc;
+    return store_tests_run(tests, (int)(sizeof tests / sizeof tests[0]), &dir, &rec, NULL);
 }
