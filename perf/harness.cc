@@ -27,6 +27,7 @@
 #include "heap.h"
 #include "list.h"
 #include "runtime_bench.h"
+#include "store_bench.h"
 
 #if defined(CHIME_PERF_JEMALLOC) && CHIME_PERF_JEMALLOC
 #include <jemalloc/jemalloc.h>
@@ -398,6 +399,7 @@ void register_all(const std::vector<int64_t> &grid, bool quick) {
     }
   }
   register_runtime_benchmarks(quick);
+  register_store_benchmarks(quick);
 }
 
 // ---- the summary ----
@@ -578,6 +580,7 @@ int main(int argc, char **argv) {
   benchmark::RunSpecifiedBenchmarks(&rep);
   print_summary(rep);
   g_failures += print_runtime_summary();
+  g_failures += print_store_summary();
   benchmark::Shutdown();
   if (g_failures) std::fprintf(stderr, "chime-perf: %d workload(s) failed their checks\n", g_failures);
   return g_failures ? 1 : 0;

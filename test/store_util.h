@@ -8,6 +8,8 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -255,6 +258,53 @@ static inline void store_wait_idle(chime_store *s)
             return;
         sleep_ms(2); /* a poll: the store offers no idle notification */
     }
+}
+
+/*
+ * Crashes: a child ends itself as kill -9 would end it by stopping (SIGSTOP) for its parent to kill
+ * it (SIGKILL). A process that sends itself SIGKILL under valgrind gets an orderly exit with a leak
+ * report of whatever its stack held; an outside SIGKILL ends it on the spot, as a crash does.
+ */
+static inline void crash_now(void)
+{
+    raise(SIGSTOP);
+    for (;;)
+        pause(); /* until the parent's SIGKILL */
+}
+
+/* The parent's side: read the child's log (fd, nonblocking reads into *buf, grown as needed) until
+ * the child has ended, killing it if it stopped. Return: 1 if it ended by SIGKILL, 0 if it exited 0,
+ * -1 otherwise. */
+static inline int reap_child(pid_t pid, int fd, unsigned char **buf, size_t *len, size_t *cap)
+{
+    int status = 0, ended = 0;
+    for (;;) {
+        struct pollfd p = { fd, POLLIN, 0 };
+        if (poll(&p, 1, 10) > 0) {
+            if (*len + 4096 > *cap)
+                *buf = realloc(*buf, *cap = *cap * 2 + 8192);
+            ssize_t got = read(fd, *buf + *len, 4096);
+            if (got > 0) {
+                *len += (size_t)got;
+                continue;
+            }
+            if (got == 0 && ended)
+                break; /* drained, and no writer left */
+            if (got == 0)
+                sleep_ms(1); /* end of file while the child lives: it does not write to us */
+        }
+        if (!ended) {
+            pid_t w = waitpid(pid, &status, WNOHANG | WUNTRACED);
+            if (w == pid && WIFSTOPPED(status)) {
+                kill(pid, SIGKILL);
+                waitpid(pid, &status, 0);
+            }
+            ended = w == pid;
+        }
+    }
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+        return 1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
 /* main() of a test file whose tests share one journal directory and one recorder: run them, then
