@@ -41,8 +41,11 @@ static struct out collapse(struct chime__rec *recs, size_t n, enum chime__collap
     struct chime__array_source a;
     struct chime__source *s = &a.base;
     struct chime__collapse c;
-    chime__rec_sort(recs, n);
-    chime__array_source_init(&a, recs, n);
+    struct chime__rec *order[16];
+    for (size_t i = 0; i < n; i++)
+        order[i] = &recs[i];
+    chime__rec_sort(order, n);
+    chime__array_source_init(&a, order, n);
     chime__collapse_init(&c, mode, drop_orphans, keep, &o);
     CHECK_EQ(chime__merge(&s, 1, &c), 0);
     chime__collapse_free(&c);
@@ -107,11 +110,14 @@ static void runs_read_back_by_due_range_and_merge_into_one(void)
                                            .payload = "payload", .payload_len = 7,
                                            .version = version++, .due = rng_below(&r, 1000000) };
         }
-        chime__rec_sort(recs, PER);
+        static struct chime__rec *order[PER];
+        for (int k = 0; k < PER; k++)
+            order[k] = &recs[k];
+        chime__rec_sort(order, PER);
         struct chime__run_writer w;
         CHECK_EQ(chime__run_begin(&w, fd, (uint64_t)i + 1, (uint64_t)i + 1, version), 0);
         for (int k = 0; k < PER; k++)
-            CHECK_EQ(chime__run_add(&w, &recs[k]), 0);
+            CHECK_EQ(chime__run_add(&w, order[k]), 0);
         CHECK_EQ(chime__run_commit(&w, &runs[i]), 0);
         CHECK(runs[i]->nmarks > 10, "a run of %d records has a sparse index", PER);
     }

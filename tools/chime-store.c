@@ -189,14 +189,20 @@ static int read_live(int dir, chime__emit_fn *emit, void *ctx)
     }
     if (err && opened)
         opened--;
+    struct chime__rec **order = malloc((segs.n + 1) * sizeof *order);
+    if (!err && !order)
+        err = -ENOMEM;
     if (!err) {
         struct chime__array_source a;
-        chime__rec_sort(segs.recs, segs.n);
-        chime__array_source_init(&a, segs.recs, segs.n);
+        for (size_t i = 0; i < segs.n; i++)
+            order[i] = &segs.recs[i];
+        chime__rec_sort(order, segs.n);
+        chime__array_source_init(&a, order, segs.n);
         ptrs[opened] = &a.base;
         struct chime__collapse c;
         chime__collapse_init(&c, CHIME__KEEP_LIVE, 1, emit, ctx);
-        err = chime__merge(ptrs, opened + 1, &c);
+        if (!err)
+            err = chime__merge(ptrs, opened + 1, &c);
         chime__collapse_free(&c);
     }
     for (size_t i = 0; i < opened; i++) {
@@ -206,6 +212,7 @@ static int read_live(int dir, chime__emit_fn *emit, void *ctx)
     free(runs);
     free(srcs);
     free(ptrs);
+    free(order);
     free_segments(&segs);
     free_files(&f);
     return err;

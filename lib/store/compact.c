@@ -197,15 +197,20 @@ int chime__journal_flush_segment(struct chime__backend *j, uint64_t number, uint
         off += len;
     }
     struct chime__run *run = NULL;
+    struct chime__rec **order = !err ? malloc((n ? n : 1) * sizeof *order) : NULL;
+    if (!err && !order)
+        err = -ENOMEM;
     if (!err) {
-        chime__rec_sort(recs, n);
+        for (size_t i = 0; i < n; i++)
+            order[i] = &recs[i];
+        chime__rec_sort(order, n);
         struct chime__run_writer w;
         err = chime__run_begin(&w, j->dir, number, number, next_version);
         if (!err) {
             struct chime__array_source src;
             struct chime__source *s = &src.base;
             struct chime__collapse c;
-            chime__array_source_init(&src, recs, n);
+            chime__array_source_init(&src, order, n);
             chime__collapse_init(&c, CHIME__KEEP_RUN, j->nruns == 0, chime__run_emit, &w);
             err = chime__merge(&s, 1, &c);
             chime__collapse_free(&c);
@@ -215,6 +220,7 @@ int chime__journal_flush_segment(struct chime__backend *j, uint64_t number, uint
                 err = chime__run_commit(&w, &run);
         }
     }
+    free(order);
     free(recs);
     free(buf);
     if (!err)

@@ -107,6 +107,7 @@ enum chime__decoded chime__rec_decode(const void *buf, size_t avail, struct chim
     out->kill_dead = get64(p + 56);
     out->key = p + CHIME__REC_HEADER;
     out->payload = out->payload_len ? p + CHIME__REC_HEADER + out->key_len : NULL;
+    out->raw = p;
     return CHIME__REC_WHOLE;
 }
 
@@ -167,6 +168,8 @@ int chime__rec_flatten(const struct chime__rec *r, struct chime__rec out[3])
     int n = 0;
     out[n] = *r;
     out[n].kill_version = out[n].kill_due = out[n].kill_dead = 0;
+    if (r->kill_version || r->kill_due || r->kill_dead)
+        out[n].raw = NULL; /* its encoding changes: the kill fields go */
     n++;
     if (r->kill_version) {
         out[n] = (struct chime__rec){ .type = CHIME__KILL, .key_len = r->key_len, .key = r->key,

@@ -36,6 +36,7 @@ struct chime__rec {
     uint64_t kill_dead;    /* ...and a dead letter */
     const void *key;
     const void *payload;
+    const void *raw;       /* decoded: its encoded bytes, while they match (a run copies them) */
 };
 
 /* The record's length on disk: the header, key and payload rounded up to 8 bytes. */

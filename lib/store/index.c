@@ -23,8 +23,8 @@
 #define STRIPES 32
 #define MIN_SLOTS 128u                        /* one 4 KiB page */
 #define ENDED (UINT64_C(1) << 63)             /* rebuild only: this greatest version has ended */
-#define TRIM_EVERY 4096u                      /* operations between checks */
-#define TRIM_ABOVE ((uint64_t)16 << 20)       /* bytes of tables the process may keep resident */
+#define TRIM_EVERY 8192u                      /* operations between checks: at most 32 MiB of pages */
+#define TRIM_ABOVE ((uint64_t)32 << 20)       /* bytes of tables the process keeps resident */
 
 struct slot {
     uint64_t lo, hi, version, due;
@@ -32,10 +32,13 @@ struct slot {
 _Static_assert(sizeof(struct slot) == 32, "a slot is 32 bytes");
 
 struct table {
-    struct slot *slots; /* a shared mapping of an unnamed file; NULL until the first insert */
+    struct slot *slots; /* a shared mapping of an unnamed file (or, while a rebuild runs, anonymous
+                           memory); NULL until the first insert */
     uint64_t cap;       /* slots, a power of two */
     uint64_t used;      /* occupied slots, ended ones included */
     uint64_t ended;     /* ended entries (rebuild only) */
+    int anon;           /* slots is anonymous memory: never given back with DONTNEED (it would be
+                           lost); rebuild_done moves it into a file */
 };
 
 struct stripe {
@@ -47,6 +50,7 @@ struct stripe {
 struct chime__index {
     uint64_t k0, k1; /* the SipHash key */
     int dir;
+    int building;    /* from open to chime__index_rebuild_done: new tables are anonymous */
     _Atomic uint64_t ops;
     _Atomic uint64_t bytes;    /* of every table's file */
     _Atomic uint64_t live[2];  /* entries not ended, per table */
@@ -68,6 +72,7 @@ int chime__index_open(struct chime__index **out, int dir)
     ix->k0 = key[0];
     ix->k1 = key[1];
     ix->dir = dir;
+    ix->building = 1; /* until rebuild_done: open rebuilds before anything else */
     for (int i = 0; i < STRIPES; i++)
         pthread_mutex_init(&ix->stripes[i].lock, NULL);
     *out = ix;
@@ -105,25 +110,68 @@ void chime__index_unlock(struct chime__index *ix, const struct chime__ikey *k)
     pthread_mutex_unlock(&ix->stripes[k->stripe].lock);
 }
 
-/* A table of cap slots in a new unnamed file, mapped; the descriptor is closed at once (the mapping
- * keeps the file). Blocks are reserved up front, so a full disk is an error here and never a SIGBUS
- * on a later store to the mapping. */
-static int map_table(const struct chime__index *ix, uint64_t cap, struct slot **out)
+/* Map `bytes` of the unnamed file fd, shared; fd is closed (the mapping keeps the file). */
+static int map_file(int fd, size_t bytes, struct slot **out)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    chime__io_close(fd);
+    if (p == MAP_FAILED)
+        return -ENOMEM;
+    /* Slots are touched at random: a fault should map its own page, not the 16 around it (which
+     * the next trim would only unmap again). */
+    madvise(p, bytes, MADV_RANDOM);
+    *out = p;
+    return 0;
+}
+
+/*
+ * A table of cap slots. Normally a new unnamed file, its blocks reserved up front (a full disk is an
+ * error here and never a SIGBUS on a later store to the mapping), mapped. While a rebuild runs, plain
+ * anonymous memory instead: a first write to a page of a file mapping costs the file system a block
+ * allocation, which made a rebuild several times slower; rebuild_done writes the tables out.
+ */
+static int map_table(const struct chime__index *ix, uint64_t cap, struct slot **out, int *anon)
 {
     size_t bytes = cap * sizeof(struct slot);
+    *anon = ix->building;
+    if (ix->building) {
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return -ENOMEM;
+        *out = p;
+        return 0;
+    }
     int fd = chime__io_tmpfile(ix->dir);
     if (fd < 0)
         return fd;
     int err = chime__io_fallocate(fd, 0, bytes);
-    if (!err) {
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED)
-            err = -ENOMEM;
-        else
-            *out = p;
+    if (err) {
+        chime__io_close(fd);
+        return err;
     }
-    chime__io_close(fd);
-    return err;
+    return map_file(fd, bytes, out);
+}
+
+/* Move an anonymous table into a file: one sequential write of it, then a mapping of the file. */
+static int table_to_file(const struct chime__index *ix, struct table *t)
+{
+    size_t bytes = t->cap * sizeof(struct slot);
+    int fd = chime__io_tmpfile(ix->dir);
+    if (fd < 0)
+        return fd;
+    int err = chime__io_pwrite(fd, t->slots, bytes, 0); /* allocates the blocks as it writes */
+    struct slot *mapped;
+    if (err) {
+        chime__io_close(fd);
+        return err;
+    }
+    err = map_file(fd, bytes, &mapped);
+    if (err)
+        return err;
+    munmap(t->slots, bytes);
+    t->slots = mapped;
+    t->anon = 0;
+    return 0;
 }
 
 /* The slot holding h, or the empty slot where it would go. */
@@ -142,10 +190,11 @@ static struct slot *probe(const struct table *t, const struct chime__hash *h)
 static int resize(struct chime__index *ix, struct table *t, uint64_t cap, int keep_ended)
 {
     struct slot *fresh;
-    int err = map_table(ix, cap, &fresh);
+    int anon;
+    int err = map_table(ix, cap, &fresh, &anon);
     if (err)
         return err;
-    struct table n = { fresh, cap, 0, 0 };
+    struct table n = { fresh, cap, 0, 0, anon };
     for (uint64_t i = 0; t->slots && i < t->cap; i++) {
         struct slot *s = &t->slots[i];
         if (s->version == 0 || ((s->version & ENDED) && !keep_ended))
@@ -253,39 +302,67 @@ void chime__index_del(struct chime__index *ix, enum chime__index_table t,
     tb->used--;
 }
 
-int chime__index_rebuild_put(struct chime__index *ix, enum chime__index_table t,
-                             const struct chime__ikey *k, uint64_t version, uint64_t due)
+int chime__index_presize(struct chime__index *ix, uint64_t n)
 {
-    struct table *tb = &ix->stripes[k->stripe].t[t];
-    if (tb->slots) {
-        struct slot *s = probe(tb, &k->h);
-        if (s->version && (s->version & ~ENDED) >= version)
-            return 0; /* a greater (or the same) version is known: this record changes nothing */
+    uint64_t per = n / STRIPES + 1, cap = MIN_SLOTS;
+    while (per * 2 > cap) /* at most half full, as growth leaves a table */
+        cap *= 2;
+    for (int i = 0; i < STRIPES; i++) {
+        struct table *tb = &ix->stripes[i].t[CHIME__IX_PENDING];
+        if (tb->cap < cap) {
+            int err = resize(ix, tb, cap, 1);
+            if (err)
+                return err;
+        }
     }
-    return chime__index_set(ix, t, k, version, due);
+    return 0;
 }
 
-int chime__index_rebuild_kill(struct chime__index *ix, enum chime__index_table t,
-                              const struct chime__ikey *k, uint64_t version)
+/* One rebuild step: a put (kill 0) or an ending (kill 1) of `version` for k. */
+static int rebuild_one(struct chime__index *ix, const struct chime__rebuild_op *op)
 {
-    struct table *tb = &ix->stripes[k->stripe].t[t];
+    struct table *tb = &ix->stripes[op->k.stripe].t[op->table];
     int err = reserve(ix, tb);
     if (err)
         return err;
-    struct slot *s = probe(tb, &k->h);
-    if (s->version && (s->version & ~ENDED) > version)
-        return 0; /* a greater version is known: this ending concerns an older one */
-    if (s->version == 0) {
+    struct slot *s = probe(tb, &op->k.h);
+    uint64_t known = s->version & ~ENDED;
+    if (s->version && (op->kill ? known > op->version : known >= op->version))
+        return 0; /* a greater version is known (or, for a put, this one): nothing changes */
+    int was_live = s->version && !(s->version & ENDED), was_ended = (s->version & ENDED) != 0;
+    if (s->version == 0)
         tb->used++;
-        tb->ended++;
-    } else if (!(s->version & ENDED)) {
-        tb->ended++;
-        atomic_fetch_sub_explicit(&ix->live[t], 1, memory_order_relaxed);
+    if (op->kill) {
+        /* The put may come later in the reading order: remember that this version has ended. */
+        *s = (struct slot){ op->k.h.lo, op->k.h.hi, op->version | ENDED, 0 };
+        tb->ended += !was_ended;
+        if (was_live)
+            atomic_fetch_sub_explicit(&ix->live[op->table], 1, memory_order_relaxed);
+    } else {
+        *s = (struct slot){ op->k.h.lo, op->k.h.hi, op->version, op->due };
+        tb->ended -= was_ended;
+        if (!was_live)
+            atomic_fetch_add_explicit(&ix->live[op->table], 1, memory_order_relaxed);
     }
-    /* The put may come later in the reading order: remember that this version has ended. */
-    *s = (struct slot){ k->h.lo, k->h.hi, version | ENDED, 0 };
     return 0;
 }
+
+int chime__index_rebuild(struct chime__index *ix, const struct chime__rebuild_op *ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++) { /* a hint only: a table that grows meanwhile moves its slots */
+        const struct table *tb = &ix->stripes[ops[i].k.stripe].t[ops[i].table];
+        if (tb->slots)
+            __builtin_prefetch(&tb->slots[ops[i].k.h.lo & (tb->cap - 1)], 1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        int err = rebuild_one(ix, &ops[i]);
+        if (err)
+            return err;
+    }
+    return 0; /* no trimming as it goes: a page given back is faulted in again by the next op */
+}
+
+static void trim_all(struct chime__index *ix);
 
 int chime__index_rebuild_done(struct chime__index *ix)
 {
@@ -300,7 +377,15 @@ int chime__index_rebuild_done(struct chime__index *ix)
                 if (err)
                     return err;
             }
+            if (tb->anon) {
+                int err = table_to_file(ix, tb);
+                if (err)
+                    return err;
+            }
         }
+    ix->building = 0;
+    if (atomic_load_explicit(&ix->bytes, memory_order_relaxed) > TRIM_ABOVE)
+        trim_all(ix);
     return 0;
 }
 
@@ -323,11 +408,16 @@ void chime__index_trim(struct chime__index *ix)
     if (!atomic_compare_exchange_strong_explicit(&ix->ops, &n, 0, memory_order_relaxed,
                                                  memory_order_relaxed))
         return;
+    trim_all(ix);
+}
+
+static void trim_all(struct chime__index *ix)
+{
     for (int i = 0; i < STRIPES; i++) {
         struct stripe *st = &ix->stripes[i];
         pthread_mutex_lock(&st->lock); /* a resize must not unmap what we advise on */
         for (int t = 0; t < 2; t++)
-            if (st->t[t].slots)
+            if (st->t[t].slots && !st->t[t].anon) /* DONTNEED on anonymous memory zeroes it */
                 madvise(st->t[t].slots, st->t[t].cap * sizeof(struct slot), MADV_DONTNEED);
         pthread_mutex_unlock(&st->lock);
     }

@@ -6,8 +6,8 @@
  * The index is derived: open() rebuilds it from the journal, so it is never synced and a crash
  * cannot damage it. Its tables live in unnamed files (O_TMPFILE) in the journal's directory, mapped
  * shared: the kernel's page cache holds them and may write them out and evict them under pressure,
- * and the index gives its mapped pages back every few thousand operations once it is larger than
- * 16 MB (madvise DONTNEED: the data stays in the page cache, the process's resident set drops). That
+ * and the index gives its mapped pages back every 8192 operations once it is larger than
+ * 32 MiB (madvise DONTNEED: the data stays in the page cache, the process's resident set drops). That
  * is how 10^7 far timers cost the process little resident memory: a key lookup then costs a page
  * fault where it would have cost a cache miss.
  *
@@ -68,13 +68,20 @@ void chime__index_del(struct chime__index *ix, enum chime__index_table t,
 /*
  * Rebuilding (open, one thread, no lock needed): apply records in any order. A key keeps its
  * greatest version, live or ended, so a version ended and then met again cannot come back.
- * Return: 0 or an error as chime__index_set.
  */
-int chime__index_rebuild_put(struct chime__index *ix, enum chime__index_table t,
-                             const struct chime__ikey *k, uint64_t version, uint64_t due);
-int chime__index_rebuild_kill(struct chime__index *ix, enum chime__index_table t,
-                              const struct chime__ikey *k, uint64_t version);
-/* Drop what ended. Return: 0 or an error as chime__index_set. */
+struct chime__rebuild_op {
+    struct chime__ikey k;
+    uint64_t version, due;
+    uint8_t table; /* enum chime__index_table */
+    uint8_t kill;  /* 1: the version ended */
+};
+/* Room for about n keys per table, so that a rebuild does not grow (rehash) its tables as it goes. */
+int chime__index_presize(struct chime__index *ix, uint64_t n);
+/* Apply ops in their order. Their slots are fetched ahead, a batch at a time: a rebuild is a cache
+ * miss per record otherwise. Return: 0 or an error as chime__index_set. */
+int chime__index_rebuild(struct chime__index *ix, const struct chime__rebuild_op *ops, size_t n);
+/* Drop what ended, and give the pages the rebuild touched back (during a rebuild the process holds
+ * every page it touches: up to the whole index). Return: 0 or an error as chime__index_set. */
 int chime__index_rebuild_done(struct chime__index *ix);
 
 /* Live entries in table t (exact when no call runs). Any thread. */

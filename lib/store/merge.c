@@ -10,21 +10,25 @@ static int array_next(struct chime__source *src, struct chime__rec *out)
     struct chime__array_source *s = (struct chime__array_source *)src;
     if (s->i == s->n)
         return 0;
-    *out = s->recs[s->i++];
+    *out = *s->recs[s->i++];
     return 1;
 }
 
-void chime__array_source_init(struct chime__array_source *s, const struct chime__rec *recs, size_t n)
+void chime__array_source_init(struct chime__array_source *s, struct chime__rec *const *recs,
+                              size_t n)
 {
-    *s = (struct chime__array_source){ { array_next }, recs, n, 0 };
+    *s = (struct chime__array_source){ { array_next, 1 }, recs, n, 0 };
 }
 
-static int cmp_rec(const void *a, const void *b) { return chime__rec_cmp(a, b); }
-
-void chime__rec_sort(struct chime__rec *recs, size_t n)
+static int cmp_ptr(const void *a, const void *b)
 {
-    if (n)
-        qsort(recs, n, sizeof *recs, cmp_rec);
+    return chime__rec_cmp(*(const struct chime__rec *const *)a, *(const struct chime__rec *const *)b);
+}
+
+void chime__rec_sort(struct chime__rec **recs, size_t n)
+{
+    if (n > 1) /* pointers, not 80-byte records: qsort moves what it sorts */
+        qsort(recs, n, sizeof *recs, cmp_ptr);
 }
 
 void chime__collapse_init(struct chime__collapse *c, enum chime__collapse_mode mode,
@@ -63,20 +67,22 @@ static int flush_group(struct chime__collapse *c)
         if (c->has_kill)
             return 0; /* both ends are here: the version is gone */
         struct chime__rec r = c->put;
-        if (c->has_fire && c->fire_max > r.attempt)
+        if (c->has_fire && c->fire_max > r.attempt) {
             r.attempt = c->fire_max;
+            r.raw = NULL; /* changed: it is encoded afresh */
+        }
         return c->emit(c->ctx, &r);
     }
     if (c->mode == CHIME__KEEP_LIVE || c->drop_orphans)
         return 0;
     if (c->has_kill) /* a FIRE of an ended version is of no use to anyone */
         return c->emit(c->ctx, &c->kill);
-    struct chime__rec f = c->fire;
-    f.attempt = c->fire_max;
-    return c->emit(c->ctx, &f);
+    return c->emit(c->ctx, &c->fire); /* the one with the highest attempt */
 }
 
-static int add(struct chime__collapse *c, const struct chime__rec *r)
+/* Gather r into the group. Unless the source is stable, r is copied: its source moves on before the
+ * group ends. */
+static int add(struct chime__collapse *c, const struct chime__rec *r, int stable)
 {
     int section = chime__rec_section(r);
     if (c->open && (section != c->section || r->version != c->version)) {
@@ -96,22 +102,31 @@ static int add(struct chime__collapse *c, const struct chime__rec *r)
     case CHIME__DEAD:
         c->has_put = 1;
         c->put = *r;
-        memcpy(c->buf, r->key, r->key_len);
-        memcpy(c->buf + r->key_len, r->payload, r->payload_len);
-        c->put.key = c->buf;
-        c->put.payload = c->buf + r->key_len;
+        if (!stable) {
+            memcpy(c->buf, r->key, r->key_len);
+            memcpy(c->buf + r->key_len, r->payload, r->payload_len);
+            c->put.key = c->buf;
+            c->put.payload = c->buf + r->key_len;
+            c->put.raw = NULL;
+        }
         break;
     case CHIME__KILL:
         c->has_kill = 1;
         c->kill = *r;
-        memcpy(KILL_KEY(c), r->key, r->key_len);
-        c->kill.key = KILL_KEY(c);
+        if (!stable) {
+            memcpy(KILL_KEY(c), r->key, r->key_len);
+            c->kill.key = KILL_KEY(c);
+            c->kill.raw = NULL;
+        }
         break;
     case CHIME__FIRE:
         if (!c->has_fire || r->attempt > c->fire_max) {
             c->fire = *r;
-            memcpy(FIRE_KEY(c), r->key, r->key_len);
-            c->fire.key = FIRE_KEY(c);
+            if (!stable) {
+                memcpy(FIRE_KEY(c), r->key, r->key_len);
+                c->fire.key = FIRE_KEY(c);
+                c->fire.raw = NULL;
+            }
             c->fire_max = r->attempt;
         }
         c->has_fire = 1;
@@ -147,7 +162,7 @@ int chime__merge(struct chime__source **src, size_t n, struct chime__collapse *c
                 best = i;
         if (best == n)
             break;
-        rc = add(c, &head[best]);
+        rc = add(c, &head[best], src[best]->stable);
         if (rc)
             break;
         live[best] = src[best]->next(src[best], &head[best]);

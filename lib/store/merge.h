@@ -17,22 +17,25 @@
 
 #include "store/format.h"
 
-/* A stream of records in run order. next returns 1 (a record, valid until the next call), 0 (the
- * end) or a negative errno. */
+/* A stream of records in run order. next returns 1 (a record, valid until the next call, or for as
+ * long as the source lives if `stable`), 0 (the end) or a negative errno. */
 struct chime__source {
     int (*next)(struct chime__source *src, struct chime__rec *out);
+    int stable;
 };
 
-/* A source over an array of records already in run order (a sorted segment). */
+/* A source over records already in run order, through an array of pointers to them (a sorted
+ * segment: the records stay where the segment was read, so the source is stable). */
 struct chime__array_source {
     struct chime__source base;
-    const struct chime__rec *recs;
+    struct chime__rec *const *recs;
     size_t n, i;
 };
-void chime__array_source_init(struct chime__array_source *s, const struct chime__rec *recs, size_t n);
+void chime__array_source_init(struct chime__array_source *s, struct chime__rec *const *recs,
+                              size_t n);
 
-/* Sort records into run order, in place. */
-void chime__rec_sort(struct chime__rec *recs, size_t n);
+/* Sort pointers to records into the records' run order. */
+void chime__rec_sort(struct chime__rec **recs, size_t n);
 
 typedef int chime__emit_fn(void *ctx, const struct chime__rec *r);
 

@@ -138,10 +138,21 @@ static int sort_out(struct listing *l, int dir)
     return chime__io_fsync(dir);
 }
 
+#define REBUILD_BATCH 64 /* index operations prefetched together (index.h) */
+
 struct rebuild {
     struct chime__backend *j;
     uint64_t next_version;
+    struct chime__rebuild_op ops[REBUILD_BATCH];
+    size_t n;
 };
+
+static int rebuild_flush(struct rebuild *rb)
+{
+    int err = chime__index_rebuild(rb->j->ix, rb->ops, rb->n);
+    rb->n = 0;
+    return err;
+}
 
 static int rebuild_one(void *ctx, const struct chime__rec *r)
 {
@@ -152,28 +163,20 @@ static int rebuild_one(void *ctx, const struct chime__rec *r)
     struct chime__rec flat[3];
     int n = chime__rec_flatten(r, flat);
     for (int i = 0; i < n; i++) {
-        struct chime__ikey k;
-        chime__index_key(ix, flat[i].key, flat[i].key_len, &k);
-        int err = 0;
-        switch (flat[i].type) {
-        case CHIME__PUT:
-            err = chime__index_rebuild_put(ix, CHIME__IX_PENDING, &k, flat[i].version, flat[i].due);
-            break;
-        case CHIME__DEAD:
-            err = chime__index_rebuild_put(ix, CHIME__IX_DEAD, &k, flat[i].version, 0);
-            break;
-        case CHIME__KILL:
-            err = chime__index_rebuild_kill(
-                ix, (flat[i].flags & CHIME__KILL_DEAD) ? CHIME__IX_DEAD : CHIME__IX_PENDING, &k,
-                flat[i].version);
-            break;
-        default:
-            break; /* a FIRE changes no key's version */
-        }
-        if (err)
-            return err;
+        if (flat[i].type == CHIME__FIRE)
+            continue; /* a FIRE changes no key's version */
+        struct chime__rebuild_op *op = &rb->ops[rb->n++];
+        chime__index_key(ix, flat[i].key, flat[i].key_len, &op->k);
+        op->version = flat[i].version;
+        op->due = flat[i].due;
+        op->kill = flat[i].type == CHIME__KILL;
+        op->table = flat[i].type == CHIME__DEAD || (flat[i].flags & CHIME__KILL_DEAD)
+                        ? CHIME__IX_DEAD
+                        : CHIME__IX_PENDING;
+        if (op->table == CHIME__IX_DEAD)
+            op->due = 0;
     }
-    return 0;
+    return rb->n > REBUILD_BATCH - 3 ? rebuild_flush(rb) : 0;
 }
 
 /* Step 3 for one segment: rebuild from its whole records. *valid receives the offset after the last
@@ -250,10 +253,12 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
                           uint64_t *next_version)
 {
     struct listing l = { .j = j };
-    struct rebuild rb = { j, 1 };
+    struct rebuild rb = { .j = j, .next_version = 1 };
     uint64_t *valid = NULL;
     int err = sort_out(&l, j->dir);
 
+    if (!err) /* about a key per 128 bytes of journal: the tables need not grow as they fill */
+        err = chime__index_presize(j->ix, chime__io_dir_bytes(j->dir) / 128);
     for (size_t i = 0; !err && i < l.nruns; i++) { /* step 2 */
         char name[CHIME__NAME_MAX];
         chime__run_name(name, l.runs[i].lo, l.runs[i].hi);
@@ -283,6 +288,8 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
         usable = i + 1;
         break;
     }
+    if (!err)
+        err = rebuild_flush(&rb);
     if (!err)
         err = chime__index_rebuild_done(j->ix);
 

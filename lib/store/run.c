@@ -124,7 +124,10 @@ int chime__run_add(struct chime__run_writer *w, const struct chime__rec *r)
     int err = account(w->run, r, w->off + w->len, &w->last_mark);
     if (err)
         return err;
-    chime__rec_encode(w->buf + w->len, r);
+    if (r->raw) /* unchanged since it was decoded: its bytes, checksum and all */
+        memcpy(w->buf + w->len, r->raw, len);
+    else
+        chime__rec_encode(w->buf + w->len, r);
     w->len += len;
     return 0;
 }
@@ -269,19 +272,19 @@ int chime__run_source_pending(struct chime__run_source *s, struct chime__run *r,
             hi = mid;
     }
     uint64_t start = lo ? r->marks[lo - 1].off : CHIME__FILE_HEADER;
-    *s = (struct chime__run_source){ { source_next }, .from = from, .until = until, .section = 0 };
+    *s = (struct chime__run_source){ { source_next, 0 }, .from = from, .until = until, .section = 0 };
     return chime__reader_init(&s->rd, r->fd, start, r->dead_off);
 }
 
 int chime__run_source_dead(struct chime__run_source *s, struct chime__run *r)
 {
-    *s = (struct chime__run_source){ { source_next }, .section = 1 };
+    *s = (struct chime__run_source){ { source_next, 0 }, .section = 1 };
     return chime__reader_init(&s->rd, r->fd, r->dead_off, r->size);
 }
 
 int chime__run_source_all(struct chime__run_source *s, struct chime__run *r)
 {
-    *s = (struct chime__run_source){ { source_next }, .section = 1 };
+    *s = (struct chime__run_source){ { source_next, 0 }, .section = 1 };
     return chime__reader_init(&s->rd, r->fd, CHIME__FILE_HEADER, r->size);
 }
 

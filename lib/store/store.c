@@ -239,20 +239,33 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
     int err = begin(s, key, key_len, &hash, &st);
     if (err)
         return err;
-    /* The entry first: once the backend has recorded the put, nothing may fail. */
-    struct hot *e = chime__store_entry(s, hash, key, key_len, payload, payload_len);
+    /* The entry first if it will be loaded (a far timer needs none): once the backend has recorded
+     * the put, nothing may fail. */
+    int loading;
+    int hot = due_ns < chime__store_limit(s, &loading);
+    struct hot *e = hot ? chime__store_entry(s, hash, key, key_len, payload, payload_len) : NULL;
     struct hot *p, *r;
     chime__store_find(st, hash, key, key_len, &p, &r);
     struct chime__put put = { key, key_len, payload, payload_len, due_ns, 0, 0 };
     struct chime__put_result res;
-    err = e ? s->ops->put(s->b, &put, &res, &ticket) : -ENOMEM;
+    err = hot && !e ? -ENOMEM : s->ops->put(s->b, &put, &res, &ticket);
     if (!err) {
         if (p)
             chime__store_drop(s, st, p);
-        e->ref = res.ref;
-        e->due_ns = due_ns;
-        e->wait_prev = r != NULL;
-        place(s, st, e, res.owned);
+        if (!e && res.owned && due_ns < chime__store_limit(s, &loading)) {
+            /* A load began meanwhile and now covers it: it needs an entry after all. */
+            e = chime__store_entry(s, hash, key, key_len, payload, payload_len);
+            if (!e) /* recorded but not loadable until a restart: stop rather than miss it */
+                chime__store_fail(s, -ENOMEM);
+        }
+        if (e) {
+            e->ref = res.ref;
+            e->due_ns = due_ns;
+            e->wait_prev = r != NULL;
+            place(s, st, e, res.owned);
+        } else if (loading) {
+            chime__store_tomb(s, key, key_len); /* as place does for a far timer */
+        }
     }
     pthread_mutex_unlock(&st->lock);
     if (err) {

@@ -17,6 +17,13 @@
  * space means a commit's fdatasync does not also have to log a new file size; the flusher creates
  * the next segment ahead of time (chime__wal_prepare) so that the writer does not pause for it.
  *
+ * WAITING. Sixty-four threads waiting for one commit must not, on being woken, fight over the
+ * log's lock to find out that they may go: a waiter reads `durable_lsn` (acquire; it pairs with the
+ * writer's release store after the fdatasync) and sleeps on the futex word `commits`, which the
+ * writer bumps and wakes after publishing. A waiter counts itself in `sleepers` (seq_cst) before its
+ * last look at durable_lsn, and the writer reads `sleepers` (seq_cst) after bumping `commits`, so it
+ * never skips the wake-up a sleeper needs (Dekker's pattern: one of the two sees the other).
+ *
  * FAILURE. The first failed write, fdatasync, or segment creation sets the sticky error: `durable`
  * never moves again, every waiter and every later call gets the error (backend.h, D5). After a
  * failed fdatasync the kernel may have dropped the pages it could not write and marked them clean,
@@ -28,11 +35,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "store/io.h"
 
@@ -73,6 +84,12 @@ struct chime__wal {
     struct timespec last_commit;
 
     _Atomic uint64_t segment_bytes; /* size of segments created from now on */
+
+    /* Waiting for durability without the lock (see WAITING). */
+    _Atomic uint64_t durable_lsn;   /* = durable, published after each commit */
+    _Atomic int failed;             /* = error, published with it */
+    _Atomic uint32_t commits;       /* the futex word: bumped by every commit (and the failure) */
+    _Atomic uint32_t sleepers;      /* waiters asleep on it, or about to be */
 };
 
 static uint64_t clamp_segment(uint64_t bytes)
@@ -190,10 +207,23 @@ static int write_batch(struct chime__wal *w, const unsigned char *buf, size_t le
     return chime__io_fdatasync(w->fd);
 }
 
+/* Publish a commit (or the failure) to the lock-free waiters of chime__wal_wait. */
+static void publish(struct chime__wal *w, uint64_t durable, int err)
+{
+    if (err)
+        atomic_store_explicit(&w->failed, err, memory_order_release); /* pairs with wait's acquire */
+    else
+        atomic_store_explicit(&w->durable_lsn, durable, memory_order_release); /* ditto */
+    atomic_fetch_add_explicit(&w->commits, 1, memory_order_seq_cst); /* see WAITING */
+    if (atomic_load_explicit(&w->sleepers, memory_order_seq_cst))
+        syscall(SYS_futex, &w->commits, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
 static void fail_locked(struct chime__wal *w, int err)
 {
     w->error = err;
     pthread_cond_broadcast(&w->done);
+    publish(w, 0, err);
 }
 
 static int interval_passed(const struct chime__wal *w, struct timespec *deadline)
@@ -259,6 +289,7 @@ static void *writer_main(void *arg)
         if (seal && w->sealed_lsn < end) /* the current segment held no record: nothing to seal */
             w->sealed_lsn = end;
         pthread_cond_broadcast(&w->done);
+        publish(w, end, 0);
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;
@@ -275,6 +306,10 @@ int chime__wal_open(struct chime__wal **out, const struct chime__wal_config *cfg
     w->current = cfg->segment;
     w->sealed = cfg->segment - 1;
     atomic_init(&w->segment_bytes, clamp_segment(cfg->segment_bytes));
+    atomic_init(&w->durable_lsn, 0);
+    atomic_init(&w->failed, 0);
+    atomic_init(&w->commits, 0);
+    atomic_init(&w->sleepers, 0);
     pthread_mutex_init(&w->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -350,18 +385,31 @@ int chime__wal_append(struct chime__wal *w, struct chime__rec *recs, size_t n, u
 
 int chime__wal_wait(struct chime__wal *w, uint64_t lsn)
 {
-    pthread_mutex_lock(&w->lock);
-    if (w->durable < lsn && !w->error) {
+    /* acquire: pairs with publish's release stores */
+    if (atomic_load_explicit(&w->durable_lsn, memory_order_acquire) >= lsn)
+        return 0;
+    if (!w->cfg.sync_each) { /* the writer waits for its interval: ask for a commit now */
+        pthread_mutex_lock(&w->lock);
         if (w->wanted < lsn) {
             w->wanted = lsn;
             pthread_cond_signal(&w->work);
         }
-        while (w->durable < lsn && !w->error)
-            pthread_cond_wait(&w->done, &w->lock);
+        pthread_mutex_unlock(&w->lock);
     }
-    int err = w->durable >= lsn ? 0 : w->error;
-    pthread_mutex_unlock(&w->lock);
-    return err;
+    for (;;) {
+        uint32_t seen = atomic_load_explicit(&w->commits, memory_order_acquire);
+        atomic_fetch_add_explicit(&w->sleepers, 1, memory_order_seq_cst); /* see WAITING */
+        int ready = atomic_load_explicit(&w->durable_lsn, memory_order_seq_cst) >= lsn ||
+                    atomic_load_explicit(&w->failed, memory_order_acquire);
+        if (!ready)
+            syscall(SYS_futex, &w->commits, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+        atomic_fetch_sub_explicit(&w->sleepers, 1, memory_order_relaxed);
+        if (atomic_load_explicit(&w->durable_lsn, memory_order_acquire) >= lsn)
+            return 0;
+        int err = atomic_load_explicit(&w->failed, memory_order_acquire);
+        if (err)
+            return err;
+    }
 }
 
 int chime__wal_sync(struct chime__wal *w)
