@@ -31,6 +31,27 @@
 #include "store/merge.h"
 
 #define MERGE_ABOVE_RUNS 6
+#define BACKLOG_MAX 4 /* sealed segments waiting for the flusher before changes are held back */
+
+/* Publish sealed - flushed for the throttle's lock-free look. Locked. */
+static void set_backlog(struct chime__backend *j)
+{
+    /* relaxed: the throttle re-checks under the lock before it waits */
+    atomic_store_explicit(&j->backlog, j->sealed > j->flushed ? j->sealed - j->flushed : 0,
+                          memory_order_relaxed);
+}
+
+int chime__journal_throttle(struct chime__backend *j)
+{
+    if (atomic_load_explicit(&j->backlog, memory_order_relaxed) <= BACKLOG_MAX)
+        return 0;
+    pthread_mutex_lock(&j->lock);
+    while (!j->error && !j->stopping && j->sealed > j->flushed + BACKLOG_MAX)
+        pthread_cond_wait(&j->done, &j->lock);
+    int err = j->error;
+    pthread_mutex_unlock(&j->lock);
+    return err;
+}
 
 void chime__journal_fail(struct chime__backend *j, int err)
 {
@@ -57,14 +78,47 @@ int chime__journal_error(struct chime__backend *j)
     return err;
 }
 
-void chime__journal_sealed(void *ctx, uint64_t segment)
+void chime__journal_sealed(void *ctx, uint64_t segment, uint64_t used)
 {
     struct chime__backend *j = ctx;
     pthread_mutex_lock(&j->lock);
-    if (segment > j->sealed)
+    if (segment > j->sealed) {
         j->sealed = segment;
+        set_backlog(j);
+        if (j->nused == j->cused) {
+            size_t c = j->cused ? j->cused * 2 : 16;
+            uint64_t (*grown)[2] = realloc(j->used, c * sizeof *grown);
+            if (grown) {
+                j->used = grown;
+                j->cused = c;
+            }
+        }
+        if (j->nused < j->cused) { /* else the flusher reads the whole preallocated file */
+            j->used[j->nused][0] = segment;
+            j->used[j->nused++][1] = used;
+        }
+    }
     pthread_cond_signal(&j->work);
     pthread_mutex_unlock(&j->lock);
+}
+
+/* How many bytes of segment `number` hold records, if the log said so at the seal. Locked. */
+static uint64_t used_of(struct chime__backend *j, uint64_t number)
+{
+    for (size_t i = 0; i < j->nused; i++)
+        if (j->used[i][0] == number)
+            return j->used[i][1];
+    return UINT64_MAX;
+}
+
+/* Forget what the log said of segments up to `last`. Locked. */
+static void forget_used(struct chime__backend *j, uint64_t last)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < j->nused; i++)
+        if (j->used[i][0] > last)
+            memcpy(j->used[kept++], j->used[i], sizeof *j->used);
+    j->nused = kept;
 }
 
 int chime__journal_runs(struct chime__backend *j, struct chime__run ***out, size_t *n)
@@ -137,13 +191,16 @@ static int flatten_into(struct chime__rec **recs, size_t *n, size_t *cap, const 
     return 0;
 }
 
-/* Read a whole segment file. Return: 0, the buffer and its size; an error. */
-static int slurp(int dir, const char *name, unsigned char **buf, uint64_t *size)
+/* Read the first `want` bytes of a segment file (fewer if it is shorter). Return: 0, the buffer and
+ * how much it holds; an error. */
+static int slurp(int dir, const char *name, uint64_t want, unsigned char **buf, uint64_t *size)
 {
     int fd = chime__io_openat(dir, name, O_RDONLY, 0);
     if (fd < 0)
         return fd;
     int err = chime__io_size(fd, size);
+    if (!err && *size > want)
+        *size = want;
     *buf = err ? NULL : malloc(*size ? *size : 1);
     if (!err && !*buf)
         err = -ENOMEM;
@@ -162,50 +219,61 @@ static int slurp(int dir, const char *name, unsigned char **buf, uint64_t *size)
     return err;
 }
 
-int chime__journal_flush_segment(struct chime__backend *j, uint64_t number, uint64_t valid)
+/* Decode a segment's records (its first `valid` bytes) into recs, flattened; raise *next_version. */
+static int gather(uint64_t number, const unsigned char *buf, uint64_t size, uint64_t valid,
+                  struct chime__rec **recs, size_t *n, size_t *cap, uint64_t *next_version)
 {
-    char name[CHIME__NAME_MAX];
-    chime__wal_name(name, number);
-    unsigned char *buf = NULL;
-    uint64_t size = 0, next_version = 1;
     struct chime__file_header h;
-    int err = valid ? slurp(j->dir, name, &buf, &size) : 0;
-    if (err)
-        return err;
-    if (valid && (size < CHIME__FILE_HEADER || chime__header_decode(buf, &h) || h.run ||
-                  h.lo != number)) {
-        free(buf);
+    if (size < CHIME__FILE_HEADER || chime__header_decode(buf, &h) || h.run || h.lo != number)
         return -EBADMSG;
-    }
-    if (valid)
-        next_version = h.next_version;
+    if (h.next_version > *next_version)
+        *next_version = h.next_version;
     uint64_t limit = valid < size ? valid : size;
-    struct chime__rec *recs = NULL, r;
-    size_t n = 0, cap = 0;
-    for (uint64_t off = CHIME__FILE_HEADER; !err && off < limit;) {
+    for (uint64_t off = CHIME__FILE_HEADER; off < limit;) {
+        struct chime__rec r;
         uint32_t len = 0;
         enum chime__decoded d = chime__rec_decode(buf + off, limit - off, &r, &len);
         if (d == CHIME__REC_END)
             break;
-        if (d != CHIME__REC_WHOLE) {
-            err = -EBADMSG; /* replay passes `valid` for a torn segment; a sealed one is whole */
-            break;
-        }
-        if (r.version >= next_version)
-            next_version = r.version + 1;
-        err = flatten_into(&recs, &n, &cap, &r);
+        if (d != CHIME__REC_WHOLE)
+            return -EBADMSG; /* replay passes `valid` for a torn segment; a sealed one is whole */
+        if (r.version >= *next_version)
+            *next_version = r.version + 1;
+        int err = flatten_into(recs, n, cap, &r);
+        if (err)
+            return err;
         off += len;
     }
+    return 0;
+}
+
+int chime__journal_flush_segments(struct chime__backend *j, uint64_t first, size_t count,
+                                  const uint64_t *valid)
+{
+    unsigned char **bufs = calloc(count, sizeof *bufs);
+    struct chime__rec *recs = NULL, **order = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t next_version = 1;
+    int err = bufs ? 0 : -ENOMEM;
+    for (size_t i = 0; !err && i < count; i++) {
+        if (!valid[i])
+            continue; /* nothing whole in it: not even read */
+        char name[CHIME__NAME_MAX];
+        uint64_t size;
+        chime__wal_name(name, first + i);
+        err = slurp(j->dir, name, valid[i], &bufs[i], &size);
+        if (!err)
+            err = gather(first + i, bufs[i], size, valid[i], &recs, &n, &cap, &next_version);
+    }
     struct chime__run *run = NULL;
-    struct chime__rec **order = !err ? malloc((n ? n : 1) * sizeof *order) : NULL;
-    if (!err && !order)
+    if (!err && !(order = malloc((n ? n : 1) * sizeof *order)))
         err = -ENOMEM;
     if (!err) {
         for (size_t i = 0; i < n; i++)
             order[i] = &recs[i];
         chime__rec_sort(order, n);
         struct chime__run_writer w;
-        err = chime__run_begin(&w, j->dir, number, number, next_version);
+        err = chime__run_begin(&w, j->dir, first, first + count - 1, next_version);
         if (!err) {
             struct chime__array_source src;
             struct chime__source *s = &src.base;
@@ -222,7 +290,9 @@ int chime__journal_flush_segment(struct chime__backend *j, uint64_t number, uint
     }
     free(order);
     free(recs);
-    free(buf);
+    for (size_t i = 0; bufs && i < count; i++)
+        free(bufs[i]);
+    free(bufs);
     if (!err)
         err = replace_runs(j, j->nruns, 0, run);
     if (err) {
@@ -230,8 +300,12 @@ int chime__journal_flush_segment(struct chime__backend *j, uint64_t number, uint
             chime__run_unref(run);
         return err;
     }
-    /* The run is in place (J3): the segment goes. */
-    err = chime__io_unlinkat(j->dir, name);
+    /* The run is in place (J3): the segments go. */
+    for (size_t i = 0; !err && i < count; i++) {
+        char name[CHIME__NAME_MAX];
+        chime__wal_name(name, first + i);
+        err = chime__io_unlinkat(j->dir, name);
+    }
     if (!err)
         err = chime__io_fsync(j->dir);
     atomic_fetch_add_explicit(&j->flushes, 1, memory_order_relaxed); /* a statistic */
@@ -320,6 +394,9 @@ static int maybe_merge(struct chime__backend *j)
     return merge_runs(j, n - k, k);
 }
 
+#define FLUSH_BATCH_BYTES ((uint64_t)32 << 20) /* segment bytes read into one flush at most */
+#define FLUSH_BATCH_COUNT 64
+
 static void *flusher_main(void *arg)
 {
     struct chime__backend *j = arg;
@@ -327,18 +404,30 @@ static void *flusher_main(void *arg)
     if (err)
         chime__journal_fail(j, err);
     chime__wal_prepare(j->wal); /* not sticky: the log retries, and fails for good itself */
+    uint64_t valid[FLUSH_BATCH_COUNT];
     pthread_mutex_lock(&j->lock);
     while (!j->stopping && !j->error) {
         if (j->sealed <= j->flushed) {
             pthread_cond_wait(&j->work, &j->lock);
             continue;
         }
-        uint64_t next = j->flushed + 1;
+        /* Every sealed segment up to the budget goes into one run: a flush's fixed costs (a run
+         * created, synced, renamed; the directory synced twice) are paid once for them all. */
+        uint64_t first = j->flushed + 1, bytes = 0;
+        size_t count = 0;
+        while (count < FLUSH_BATCH_COUNT && first + count <= j->sealed &&
+               (count == 0 || bytes < FLUSH_BATCH_BYTES)) {
+            valid[count] = used_of(j, first + count);
+            bytes += valid[count] == UINT64_MAX ? FLUSH_BATCH_BYTES : valid[count];
+            count++;
+        }
         pthread_mutex_unlock(&j->lock);
-        int err = chime__journal_flush_segment(j, next, UINT64_MAX);
+        err = chime__journal_flush_segments(j, first, count, valid);
         if (!err) {
             pthread_mutex_lock(&j->lock);
-            j->flushed = next;
+            j->flushed = first + count - 1;
+            set_backlog(j);
+            forget_used(j, j->flushed);
             pthread_cond_broadcast(&j->done);
             pthread_mutex_unlock(&j->lock);
             err = maybe_merge(j);
@@ -381,8 +470,10 @@ int chime__journal_flush_all(struct chime__backend *j)
     if (err)
         return err;
     pthread_mutex_lock(&j->lock);
-    if (sealed > j->sealed)
+    if (sealed > j->sealed) {
         j->sealed = sealed;
+        set_backlog(j);
+    }
     pthread_cond_signal(&j->work);
     while (!j->error && !j->stopping && j->flushed < sealed)
         pthread_cond_wait(&j->done, &j->lock);

@@ -29,13 +29,16 @@ static int j_wait(struct chime__backend *j, uint64_t ticket)
 static int j_put(struct chime__backend *j, const struct chime__put *p, struct chime__put_result *res,
                  uint64_t *ticket)
 {
+    int err = p->if_version ? 0 : chime__journal_throttle(j); /* a retry is not held back */
+    if (err)
+        return err;
     struct chime__ikey k;
     chime__index_key(j->ix, p->key, p->key_len, &k);
     chime__index_lock(j->ix, &k);
     uint64_t old = 0, old_due = 0, lsn = 0;
     int found = chime__index_get(j->ix, CHIME__IX_PENDING, &k, &old, &old_due);
     old &= ~CHIME__IX_FIRING;
-    int err = chime__journal_error(j);
+    err = chime__journal_error(j);
     if (!err && p->if_version && (!found || old != p->if_version))
         err = -ESTALE;
     if (!err)
@@ -61,11 +64,14 @@ static int j_put(struct chime__backend *j, const struct chime__put *p, struct ch
 static int j_cancel(struct chime__backend *j, const void *key, size_t key_len,
                     struct chime__ref *victim, uint64_t *ticket)
 {
+    int err = chime__journal_throttle(j);
+    if (err)
+        return err;
     struct chime__ikey k;
     chime__index_key(j->ix, key, key_len, &k);
     chime__index_lock(j->ix, &k);
     uint64_t v = 0, due = 0, lsn = 0;
-    int err = chime__journal_error(j);
+    err = chime__journal_error(j);
     if (!err && !chime__index_get(j->ix, CHIME__IX_PENDING, &k, &v, &due))
         err = -ENOENT;
     if (!err && (v & CHIME__IX_FIRING))
@@ -353,6 +359,7 @@ static void free_journal(struct chime__backend *j)
     for (size_t i = 0; i < j->nruns; i++)
         chime__run_unref(j->runs[i]);
     free(j->runs);
+    free(j->used);
     chime__index_free(j->ix);
     if (j->lock_fd >= 0)
         chime__io_close(j->lock_fd); /* releases the flock */
@@ -379,6 +386,7 @@ static int j_open(struct chime__backend **out, const struct chime_store_config *
     pthread_cond_init(&j->work, NULL);
     pthread_cond_init(&j->done, NULL);
     atomic_init(&j->flushes, 0);
+    atomic_init(&j->backlog, 0);
     atomic_init(&j->merges, 0);
 
     int err = chime__io_mkdir(cfg->path);

@@ -53,11 +53,13 @@ struct chime__backend {
     pthread_cond_t done;       /* flush_all waits here */
     uint64_t sealed;           /* the last segment the log sealed */
     uint64_t flushed;          /* the last segment turned into a run */
-    uint64_t flush_wanted;     /* a caller waits for segments up to here to be flushed */
+    uint64_t (*used)[2];       /* sealed segments not yet flushed: {number, bytes holding records} */
+    size_t nused, cused;
     int stopping;
     int error;                 /* sticky: a flush or merge failed (the log has its own) */
     int failed_told;           /* sink->failed was called */
 
+    _Atomic uint64_t backlog;     /* sealed segments not yet flushed (= sealed - flushed) */
     _Atomic uint64_t flushes, merges; /* statistics, for tests and benchmarks */
 };
 
@@ -67,16 +69,21 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
                           uint64_t *next_version);
 
 /* compact.c */
-/* Turn segment `number`, the records in its first `valid` bytes (all of it: UINT64_MAX; none, and do
- * not read it: 0), into a run, and delete it. */
-int chime__journal_flush_segment(struct chime__backend *j, uint64_t number, uint64_t valid);
+/* Turn the consecutive segments first .. first + count - 1 into one run, and delete them; valid[i]
+ * bytes of segment first + i hold its records (all of it: UINT64_MAX; none, and it is not read: 0). */
+int chime__journal_flush_segments(struct chime__backend *j, uint64_t first, size_t count,
+                                  const uint64_t *valid);
 int chime__journal_start_flusher(struct chime__backend *j);
 void chime__journal_stop_flusher(struct chime__backend *j);
-/* The log's sealed callback: wake the flusher. */
-void chime__journal_sealed(void *ctx, uint64_t segment);
+/* The log's sealed callback: note how much of the segment holds records, wake the flusher. */
+void chime__journal_sealed(void *ctx, uint64_t segment, uint64_t used);
 /* Seal the log and wait until every segment sealed so far is a run: every record appended before
  * the call is then in a run. Return: 0 or the sticky error. */
 int chime__journal_flush_all(struct chime__backend *j);
+/* Hold a change back while the flusher is more than a few segments behind (the disk, not the
+ * callers, sets the pace: otherwise unflushed segments would pile up without bound). Return: 0 or
+ * the sticky error. */
+int chime__journal_throttle(struct chime__backend *j);
 /* The first sticky error of the log or the journal, or 0; tells the sink once. */
 int chime__journal_error(struct chime__backend *j);
 /* Record a sticky error (and tell the sink, once). */

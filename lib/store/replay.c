@@ -299,8 +299,14 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
     size_t keep = err ? 0 : usable;
     while (keep && valid[keep - 1] <= CHIME__FILE_HEADER)
         keep--;
-    for (size_t i = 0; !err && i < keep; i++)
-        err = chime__journal_flush_segment(j, l.segs[i], valid[i]);
+    for (size_t i = 0; !err && i < keep;) { /* consecutive segments, 32 MiB of records a run */
+        size_t count = 0;
+        uint64_t bytes = 0;
+        while (i + count < keep && (count == 0 || bytes + valid[i + count] <= ((uint64_t)32 << 20)))
+            bytes += valid[i + count++];
+        err = chime__journal_flush_segments(j, l.segs[i], count, valid + i);
+        i += count;
+    }
     for (size_t i = l.nsegs; !err && i > keep; i--) { /* (none on error: keep is 0 then) */
         char name[CHIME__NAME_MAX];
         chime__wal_name(name, l.segs[i - 1]);

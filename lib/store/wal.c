@@ -155,6 +155,7 @@ static int next_segment(struct chime__wal *w, uint64_t at)
             return err;
     }
     chime__io_close(w->fd);
+    uint64_t used = w->seg_off;
     w->fd = fd;
     w->seg_off = CHIME__FILE_HEADER;
     w->seg_size = size;
@@ -166,7 +167,7 @@ static int next_segment(struct chime__wal *w, uint64_t at)
     pthread_cond_broadcast(&w->done);
     pthread_mutex_unlock(&w->lock);
     if (w->cfg.sealed)
-        w->cfg.sealed(w->cfg.ctx, old);
+        w->cfg.sealed(w->cfg.ctx, old, used);
     return 0;
 }
 

@@ -26,8 +26,8 @@ struct chime__wal_config {
     uint64_t interval_ns;     /* with sync_each 0 */
     uint64_t segment_bytes;   /* the first segment's size (chime__wal_set_segment_bytes later) */
     /* Called by the writer thread, without the log's lock, each time a segment is sealed (complete
-     * and synced): its number. */
-    void (*sealed)(void *ctx, uint64_t segment);
+     * and synced): its number, and how many of its bytes (header included) hold records. */
+    void (*sealed)(void *ctx, uint64_t segment, uint64_t used);
     void (*failed)(void *ctx, int err); /* once, when a write or sync first fails, with the log's lock
                                            held (it must not call the log) and before any caller
                                            sees the error */
