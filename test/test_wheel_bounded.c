@@ -185,3 +185,23 @@ Test(trim, no_old_id_comes_back_to_life_after_the_memory_is_reused)
     chime_wheel_advance(w, 20);
     cr_assert(eq(sz, counted, 2 * N));
 }
+
+Test(bounded, a_due_timer_scheduled_between_batches_fires_right_after_the_rest_of_that_tick)
+{
+    for (uintptr_t i = 0; i < 5; i++)
+        at(40, i);
+    at(900, 9);
+    bool done;
+    cr_assert(eq(sz, chime__wheel_advance_some(w, 1000, 2, &done), 2));
+    cr_assert(not(done));
+    cr_assert(eq(u64, chime_wheel_now(w), 40), "stopped inside tick 40");
+    at(7, 5); /* already due: after the rest of tick 40 (later in schedule order), before 900 */
+    check();
+    cr_assert(eq(sz, chime__wheel_advance_some(w, 1000, 100, &done), 5));
+    cr_assert(done, "the due timer fires in this call, not the next");
+    for (size_t i = 0; i < 6; i++)
+        cr_assert(eq(u64, fired_log[i].tag, i));
+    cr_assert(eq(u64, fired_log[5].now, 40));
+    cr_assert(eq(u64, fired_log[6].tag, 9));
+    cr_assert(eq(sz, chime_wheel_pending(w), 0));
+}

@@ -214,9 +214,11 @@ static void moved_in_slot(struct chime__levels *L, uint32_t idx, uint32_t pos)
 /* Drop an array's tombstones, keeping the order of the rest; each moved entry's node is told. */
 static void compact(struct chime__levels *L, struct chime__slot *arr)
 {
-    uint32_t keep = 0;
+    uint32_t keep = 0, mark = L->due_mark;
     for (uint32_t i = 0; i < arr->len; i++) {
         uint32_t idx = arr->v[i];
+        if (i == L->due_mark && arr == &L->due && L->due_marked)
+            mark = keep; /* due_mark counts the entries before it: the same ones, moved down */
         if (idx == CHIME__DEAD)
             continue;
         if (i != keep) {
@@ -225,6 +227,8 @@ static void compact(struct chime__levels *L, struct chime__slot *arr)
         }
         keep++;
     }
+    if (arr == &L->due && L->due_marked)
+        L->due_mark = L->due_mark >= arr->len ? keep : mark;
     arr->len = keep;
     arr->dead = 0;
 }
@@ -398,6 +402,24 @@ static size_t fire_from_cursor(struct chime__levels *L, size_t limit, bool *stop
     }
 }
 
+/* Live entries of a[from, to). */
+static uint32_t live_in(const struct chime__slot *a, uint32_t from, uint32_t to)
+{
+    uint32_t live = 0;
+    for (uint32_t i = from; i < to; i++)
+        live += a->v[i] != CHIME__DEAD;
+    return live;
+}
+
+/* Start firing the due array's first `end` entries, `live` of them live. */
+static void start_due(struct chime__levels *L, uint32_t end, uint32_t live)
+{
+    L->firing = CHIME__FIRING_DUE;
+    L->due_end = end;
+    L->cursor = 0;
+    L->firing_left = live;
+}
+
 /* The due array's part that fired is done: keep what callbacks added behind it, at the front. */
 static void finish_due(struct chime__levels *L)
 {
@@ -461,22 +483,31 @@ size_t chime__levels_advance(struct chime__levels *L, uint64_t now, size_t limit
     size_t fired = 0;
     bool stopped = false;
 
-    /* What was due before this call, in arrival order; what callbacks add waits for the next. An
-     * advance that stopped early left the rest of an array: that goes first. */
-    if (L->firing == CHIME__FIRING_NONE && chime__slot_live(&L->due)) {
-        L->firing = CHIME__FIRING_DUE;
-        L->due_end = L->due.len;
-        L->cursor = 0;
-        L->firing_left = chime__slot_live(&L->due);
-    }
-    if (L->firing != CHIME__FIRING_NONE) {
+    /* What was due before this call fires first, in arrival order; what callbacks add waits for the
+     * next call. A call that stopped early (I6) left the rest of an array, which comes before what
+     * was scheduled due since: the rest of the due array, then the newer due timers; or the rest of
+     * a level-0 slot at now, then the due array as it was when this call began (due_mark). */
+    if (L->firing == CHIME__FIRING_SLOT) {
+        L->due_mark = L->due.len;
+        L->due_marked = true;
         fired += fire_from_cursor(L, limit, &stopped);
+        L->due_marked = false;
         if (stopped)
             goto stop;
-        if (L->firing == CHIME__FIRING_DUE)
-            finish_due(L);
-        else
-            finish_slot(L);
+        finish_slot(L);
+        if (L->due_mark && live_in(&L->due, 0, L->due_mark))
+            start_due(L, L->due_mark, live_in(&L->due, 0, L->due_mark));
+    } else if (L->firing == CHIME__FIRING_DUE) {
+        L->firing_left += live_in(&L->due, L->due_end, L->due.len); /* scheduled since: now too */
+        L->due_end = L->due.len;
+    } else if (chime__slot_live(&L->due)) {
+        start_due(L, L->due.len, chime__slot_live(&L->due));
+    }
+    if (L->firing == CHIME__FIRING_DUE) {
+        fired += fire_from_cursor(L, limit - fired, &stopped);
+        if (stopped)
+            goto stop;
+        finish_due(L);
     }
 
     struct event ev;

@@ -81,6 +81,9 @@ struct chime__levels {
     uint32_t cursor;       /* the next entry to fire in that array */
     uint32_t firing_left;  /* live entries from the cursor to the end of what this advance fires */
     uint32_t due_end;      /* with CHIME__FIRING_DUE: entries [0, due_end) fire in this advance */
+    uint32_t due_mark;     /* while a call resumes a level-0 slot: the due array's length when it
+                              began (due_marked); those entries fire right after the slot */
+    bool due_marked;
     struct chime__slot due; /* timers scheduled at or before now: they fire in the next advance */
     uint64_t due_min;      /* at most the smallest deadline in the due array (may be stale-low) */
     size_t live;           /* live entries: the timers the levels hold */
