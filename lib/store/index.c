@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "store/io.h"
+#include "store/lock.h"
 
 #define STRIPES 32
 #define MIN_SLOTS 128u                        /* one 4 KiB page */
@@ -74,7 +75,7 @@ int chime__index_open(struct chime__index **out, int dir)
     ix->dir = dir;
     ix->building = 1; /* until rebuild_done: open rebuilds before anything else */
     for (int i = 0; i < STRIPES; i++)
-        pthread_mutex_init(&ix->stripes[i].lock, NULL);
+        chime__short_lock_init(&ix->stripes[i].lock);
     *out = ix;
     return 0;
 }

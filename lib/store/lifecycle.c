@@ -18,6 +18,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "store/lock.h"
 #include "store/store.h"
 
 #define DEFAULT_INTERVAL_NS UINT64_C(1000000)             /* 1 ms */
@@ -164,7 +165,7 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&s->didle, NULL);
     for (int i = 0; i < HOT_STRIPES; i++) {
-        pthread_mutex_init(&s->stripes[i].lock, NULL);
+        chime__short_lock_init(&s->stripes[i].lock);
         s->stripes[i].nbuckets = 16;
         s->stripes[i].buckets = calloc(16, sizeof(struct hot *));
         if (!s->stripes[i].buckets)
