@@ -393,7 +393,9 @@ struct chime_fire {
     uint64_t due_ns;        /* CLOCK_REALTIME, ns since the epoch, exactly as it was put (a retry's
                                due time is when the handler returned plus its delay) */
     uint32_t attempt;       /* 1 the first time; more after a retry, or after a restart found it
-                               fired but not acknowledged. For a dead letter: the firings made */
+                               fired but not acknowledged (a firing is recorded 2 ms before its due
+                               time: a crash in those 2 ms counts it though the handler never ran).
+                               For a dead letter: the firings made */
 };
 
 /* What a handler returns: 0 = done (acknowledged; removed for good). > 0 = fire again after that many
@@ -447,11 +449,13 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
 
 /*
  * Cancel key's pending timer. Returns 0 exactly when the handler will not start for that key (again):
- * it had not started (a timer that fired and waits for max_fires_per_s has not started).
+ * it had not started (a timer that fired and waits for max_fires_per_s has not started). A firing is
+ * recorded 2 ms before its due time (so that the handler can start on time): from then on it is
+ * starting, and cannot be cancelled.
  * Return: 0 (with CHIME_SYNC_EACH: the cancel is on stable storage, and no crash can undo it);
  *         -ENOENT if key has no pending timer (never put, fired and acknowledged, cancelled, or in the
- *         dead letters); -EINPROGRESS if key's handler is running (or its firing is being recorded) and
- *         no newer put is pending: it cannot be cancelled; -EINVAL if s or key is NULL or key_len is
+ *         dead letters); -EINPROGRESS if key's handler is running, or its firing is recorded (from 2
+ *         ms before its due time), and no newer put is pending: it cannot be cancelled; -EINVAL if s or key is NULL or key_len is
  *         0 or over CHIME_STORE_KEY_MAX; -EIO, -ENOSPC, -ESHUTDOWN, -ENOMEM as chime_store_put.
  * Complexity: as chime_store_put.
  * Thread safety: any thread, handlers included (a handler cancelling its own key gets -EINPROGRESS).

@@ -17,6 +17,14 @@
  * the runtime as a timer due at once: it runs on a worker (or the advancing thread). One commit
  * serves a whole batch.
  *
+ * LEAD. Recording a firing costs a commit (an fdatasync: 0.2 ms on a quiet disk, milliseconds on a
+ * busy one), and the handler may not start before it is durable. So a loaded timer is taken for
+ * firing LEAD_NS (2 ms) before its due time, its firing is recorded then, and its handler is handed
+ * to the runtime as a timer due at the due time itself: the handler starts as late as the runtime
+ * makes any timer, not a commit later (unless the commit takes longer than the lead). The price:
+ * from 2 ms before its due time a timer cannot be cancelled (-EINPROGRESS), and a crash in those 2 ms
+ * counts an attempt that did not start (its restart fires it with attempt + 1).
+ *
  * OUTCOMES, recorded with the key's stripe locked: 0 acknowledges (the backend removes the timer,
  * unless a put replaced it meanwhile); > 0 puts the same key again at now + delay with attempt
  * kept, only if it is still this version (else the newer put wins); a negative value, or a retry
@@ -30,6 +38,7 @@
 
 #define BATCH 1024 /* firings recorded per backend call at most */
 #define NS_PER_S UINT64_C(1000000000)
+#define LEAD_NS UINT64_C(2000000) /* a firing is recorded this long before its due time: see LEAD */
 
 static _Thread_local const struct chime_store *tls_handler_store;
 
@@ -45,13 +54,28 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
 }
 
-void chime__store_arm(struct chime_store *s, struct hot *e)
+/* When a loaded timer is taken for firing: LEAD_NS before its due time. */
+static uint64_t take_at(const struct hot *e)
 {
-    uint64_t now = s->wall(), delay = e->due_ns > now ? e->due_ns - now : 0;
+    return e->due_ns > LEAD_NS ? e->due_ns - LEAD_NS : 0;
+}
+
+/* The monotonic deadline for wall-clock time `at`; 0 (at once) if it has passed. */
+static uint64_t mono_for(struct chime_store *s, uint64_t at)
+{
+    uint64_t now = s->wall();
+    if (at <= now)
+        return 0;
+    uint64_t delay = at - now;
     if (delay > NS_PER_S)
         delay -= delay >> 10; /* early by 1/1024: see THE WALL CLOCK */
+    return mono_ns() + delay;
+}
+
+void chime__store_arm(struct chime_store *s, struct hot *e)
+{
     e->state = HOT_ARMED;
-    if (chime_timer_schedule_at(s->rt, mono_ns() + delay, chime__store_due, e, &e->rid) != 0) {
+    if (chime_timer_schedule_at(s->rt, mono_for(s, take_at(e)), chime__store_due, e, &e->rid) != 0) {
         e->rid = 0; /* out of memory (or stopping): the keeper arms it later */
         atomic_fetch_add_explicit(&s->unarmed, 1, memory_order_relaxed);
     }
@@ -92,7 +116,7 @@ void chime__store_due(void *arg)
         return;
     }
     e->rid = 0;
-    if (s->wall() < e->due_ns) { /* armed early on purpose, or the wall clock stepped back */
+    if (s->wall() < take_at(e)) { /* armed early on purpose, or the wall clock stepped back */
         chime__store_arm(s, e);
         pthread_mutex_unlock(&st->lock);
         return;
@@ -159,10 +183,35 @@ static void finish(struct chime_store *s, struct hot *e, int64_t rc)
     pthread_mutex_unlock(&s->dlock);
 }
 
+/* A recorded firing whose handler will not start now (the store closes before its due time, or the
+ * runtime refused it): it leaves the table without an outcome, and stays pending on disk (a restart
+ * fires it, with attempt + 1). */
+static void abandon(struct chime_store *s, struct hot *e)
+{
+    struct hot_stripe *st = chime__store_stripe(s, e->hash);
+    pthread_mutex_lock(&st->lock);
+    chime__store_unlink(s, st, e);
+    release_successor(s, st, e);
+    pthread_mutex_unlock(&st->lock);
+    free(e);
+    pthread_mutex_lock(&s->dlock);
+    if (atomic_fetch_sub_explicit(&s->running, 1, memory_order_relaxed) == 1)
+        pthread_cond_broadcast(&s->didle); /* as in finish */
+    pthread_mutex_unlock(&s->dlock);
+}
+
 static void run_handler(void *arg)
 {
     struct hot *e = arg;
     struct chime_store *s = e->s;
+    /* Never before the due time by the wall clock, which may have stepped back since the firing was
+     * recorded (LEAD): then wait again for the rest. The timer stays RUNNING meanwhile. */
+    if (s->wall() < e->due_ns) {
+        if (atomic_load_explicit(&s->closing, memory_order_relaxed) ||
+            chime_timer_schedule_at(s->rt, mono_for(s, e->due_ns), run_handler, e, NULL) != 0)
+            abandon(s, e);
+        return;
+    }
     struct chime_fire f = { e->data, e->key_len, e->data + e->key_len, e->payload_len, e->due_ns,
                             e->attempt };
     tls_handler_store = s;
@@ -214,7 +263,8 @@ static void fire_batch(struct chime_store *s, struct hot **batch, size_t n)
         atomic_fetch_add_explicit(&s->running, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&s->fired, 1, memory_order_relaxed);
         pthread_mutex_unlock(&st->lock);
-        if (chime_timer_schedule_at(s->rt, 0, run_handler, e, NULL) != 0)
+        /* The handler starts at the due time (LEAD), or at once if that has passed. */
+        if (chime_timer_schedule_at(s->rt, mono_for(s, e->due_ns), run_handler, e, NULL) != 0)
             run_handler(e); /* the runtime refused (out of memory): run it here rather than lose it */
     }
 }
