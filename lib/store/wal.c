@@ -38,6 +38,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,9 @@ struct chime__wal {
     uint64_t current;      /* the segment records go to */
     int error;
     int closing;
+    int writer_idle;       /* the writer waits on `work` for records: an append must wake it */
+    size_t fill_records;   /* appends (calls) in fill */
+    size_t last_batch;     /* appends in the last commit */
     int preparing;         /* chime__wal_prepare is creating next_fd */
     int next_fd;           /* a segment created ahead of time, or -1 */
     uint64_t next_segment, next_size;
@@ -248,15 +252,33 @@ static void *writer_main(void *arg)
         if (!have && !seal) {
             if (w->closing)
                 break;
+            w->writer_idle = 1;
             pthread_cond_wait(&w->work, &w->lock);
+            w->writer_idle = 0;
             continue;
         }
         if (have && !w->cfg.sync_each && w->wanted <= w->durable && !seal && !w->closing &&
             w->fill_len < COMMIT_EARLY) {
             struct timespec deadline;
             if (!interval_passed(w, &deadline)) {
+                w->writer_idle = 1; /* woken early by COMMIT_EARLY bytes, or by a waiter */
                 pthread_cond_timedwait(&w->work, &w->lock, &deadline);
+                w->writer_idle = 0;
                 continue;
+            }
+        }
+
+        /* Group commit: when the last commit served several threads, they are appending again
+         * now; let them, for a moment, so that one fdatasync serves them all rather than the first
+         * one alone (the gather stops as soon as a pause adds nothing). */
+        if (w->cfg.sync_each && w->last_batch > 1 && !seal && !w->closing) {
+            for (int i = 0; i < 4; i++) {
+                size_t before = w->fill_len;
+                pthread_mutex_unlock(&w->lock);
+                sched_yield();
+                pthread_mutex_lock(&w->lock);
+                if (w->fill_len == before)
+                    break;
             }
         }
 
@@ -268,6 +290,8 @@ static void *writer_main(void *arg)
         w->fill = w->spare;
         w->fill_cap = w->spare_cap;
         w->fill_len = 0;
+        w->last_batch = w->fill_records;
+        w->fill_records = 0;
         w->spare = batch;
         w->spare_cap = batch_cap;
         pthread_cond_broadcast(&w->done); /* appenders held back by FILL_MAX may go on */
@@ -291,7 +315,10 @@ static void *writer_main(void *arg)
         if (seal && w->sealed_lsn < end) /* the current segment held no record: nothing to seal */
             w->sealed_lsn = end;
         pthread_cond_broadcast(&w->done);
+        /* Wake the waiters without the lock: the first thing each of them does next is append. */
+        pthread_mutex_unlock(&w->lock);
         publish(w, end, 0);
+        pthread_mutex_lock(&w->lock);
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;
@@ -380,16 +407,22 @@ int chime__wal_append(struct chime__wal *w, struct chime__rec *recs, size_t n, u
             err = -ENOMEM;
         }
     }
+    int wake = 0;
     if (!err) {
         memcpy(w->fill + w->fill_len, enc, total);
         w->fill_len += total;
+        w->fill_records++;
         w->appended += total;
         *end = w->appended;
-        /* With an interval the writer wakes on its own; with sync_each a commit is due now. */
-        if (w->cfg.sync_each || w->fill_len >= COMMIT_EARLY)
-            pthread_cond_signal(&w->work);
+        /* With an interval the writer wakes on its own; with sync_each a commit is due now, but
+         * only a writer asleep needs waking (most of the time it is inside an fdatasync). */
+        wake = w->writer_idle && (w->cfg.sync_each || w->fill_len >= COMMIT_EARLY);
+        if (wake)
+            w->writer_idle = 0;
     }
     pthread_mutex_unlock(&w->lock);
+    if (wake) /* outside the lock: the woken writer's first act is to take it */
+        pthread_cond_signal(&w->work);
     if (enc != stack)
         free(enc);
     return err;
