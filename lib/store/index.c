@@ -1,12 +1,25 @@
 /*
- * The journal's key index (index.h): open-addressed tables in shared mappings of unnamed files.
+ * The journal's key index (index.h): open-addressed tables, small ones in memory, large ones in
+ * unnamed files read and written slot by slot.
  *
  * A slot is {hash lo, hash hi, version, due}; version 0 marks an empty slot. Deletion shifts the
  * following slots of the probe run back (no tombstones in normal operation), so a lookup stops at the
  * first empty slot. Only a rebuild leaves ended entries behind (ENDED bit in the version) until
  * chime__index_rebuild_done drops them.
+ *
+ * WHERE TABLES LIVE. A table of at most 512 KiB is anonymous memory: 32 stripes and two tables each
+ * keep at most 32 MiB resident, and a store of up to about a quarter of a million keys never makes a
+ * system call for its index. A larger table lives in an unnamed file (O_TMPFILE) in the journal's
+ * directory, and each operation reads the 16 slots around the key (one pread of 512 bytes, more when
+ * the probe run is longer) and writes back what it changed: the page cache holds the table, the
+ * process holds none of it, and the kernel may write it out and evict it under pressure. (A shared
+ * mapping of the file was tried first: every read fault maps the 16 pages around it, so a few
+ * thousand random lookups made the whole table resident again between two madvise(DONTNEED)s.)
+ * While a rebuild runs, and while a large table grows, the table being built is anonymous memory,
+ * written into its file in one sequential write when it is complete: the process holds it whole
+ * for that long.
  */
-#define _GNU_SOURCE /* MADV_DONTNEED semantics on shared file mappings are Linux's */
+#define _GNU_SOURCE /* MAP_ANONYMOUS */
 #include "store/index.h"
 
 #include <errno.h>
@@ -22,10 +35,10 @@
 #include "store/lock.h"
 
 #define STRIPES 32
-#define MIN_SLOTS 128u                        /* one 4 KiB page */
-#define ENDED (UINT64_C(1) << 63)             /* rebuild only: this greatest version has ended */
-#define TRIM_EVERY 8192u                      /* operations between checks: at most 32 MiB of pages */
-#define TRIM_ABOVE ((uint64_t)32 << 20)       /* bytes of tables the process keeps resident */
+#define MIN_SLOTS 128u                     /* 4 KiB */
+#define MEM_MAX ((uint64_t)512 << 10)      /* bytes of a table kept in memory */
+#define WINDOW 16u                         /* slots read at once from a file table */
+#define ENDED (UINT64_C(1) << 63)          /* rebuild only: this greatest version has ended */
 
 struct slot {
     uint64_t lo, hi, version, due;
@@ -33,13 +46,11 @@ struct slot {
 _Static_assert(sizeof(struct slot) == 32, "a slot is 32 bytes");
 
 struct table {
-    struct slot *slots; /* a shared mapping of an unnamed file (or, while a rebuild runs, anonymous
-                           memory); NULL until the first insert */
-    uint64_t cap;       /* slots, a power of two */
+    struct slot *slots; /* in memory: anonymous, zeroed; NULL if in a file or not yet made */
+    int fd;             /* in a file: the unnamed file; -1 otherwise */
+    uint64_t cap;       /* slots, a power of two (0: not made yet) */
     uint64_t used;      /* occupied slots, ended ones included */
     uint64_t ended;     /* ended entries (rebuild only) */
-    int anon;           /* slots is anonymous memory: never given back with DONTNEED (it would be
-                           lost); rebuild_done moves it into a file */
 };
 
 struct stripe {
@@ -51,9 +62,9 @@ struct stripe {
 struct chime__index {
     uint64_t k0, k1; /* the SipHash key */
     int dir;
-    int building;    /* from open to chime__index_rebuild_done: new tables are anonymous */
-    _Atomic uint64_t ops;
-    _Atomic uint64_t bytes;    /* of every table's file */
+    int building;    /* from open to chime__index_rebuild_done: every table stays in memory */
+    uint64_t mem_max; /* bytes of a table kept in memory (MEM_MAX; tests lower it) */
+    _Atomic uint64_t bytes;    /* of every table */
     _Atomic uint64_t live[2];  /* entries not ended, per table */
     struct stripe stripes[STRIPES];
 };
@@ -74,10 +85,23 @@ int chime__index_open(struct chime__index **out, int dir)
     ix->k1 = key[1];
     ix->dir = dir;
     ix->building = 1; /* until rebuild_done: open rebuilds before anything else */
-    for (int i = 0; i < STRIPES; i++)
+    ix->mem_max = MEM_MAX;
+    for (int i = 0; i < STRIPES; i++) {
         chime__short_lock_init(&ix->stripes[i].lock);
+        ix->stripes[i].t[0].fd = ix->stripes[i].t[1].fd = -1;
+    }
     *out = ix;
     return 0;
+}
+
+static void table_free(struct table *t)
+{
+    if (t->slots)
+        munmap(t->slots, t->cap * sizeof(struct slot));
+    if (t->fd >= 0)
+        chime__io_close(t->fd);
+    t->slots = NULL;
+    t->fd = -1;
 }
 
 void chime__index_free(struct chime__index *ix)
@@ -86,8 +110,7 @@ void chime__index_free(struct chime__index *ix)
         return;
     for (int i = 0; i < STRIPES; i++) {
         for (int t = 0; t < 2; t++)
-            if (ix->stripes[i].t[t].slots)
-                munmap(ix->stripes[i].t[t].slots, ix->stripes[i].t[t].cap * sizeof(struct slot));
+            table_free(&ix->stripes[i].t[t]);
         pthread_mutex_destroy(&ix->stripes[i].lock);
     }
     free(ix);
@@ -111,104 +134,144 @@ void chime__index_unlock(struct chime__index *ix, const struct chime__ikey *k)
     pthread_mutex_unlock(&ix->stripes[k->stripe].lock);
 }
 
-/* Map `bytes` of the unnamed file fd, shared; fd is closed (the mapping keeps the file). */
-static int map_file(int fd, size_t bytes, struct slot **out)
+/* ---- slots, wherever the table lives ---- */
+
+/* Read n slots from position `first` on (wrapping round the table) into buf. */
+static int read_slots(const struct table *t, uint64_t first, uint64_t n, struct slot *buf)
 {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    chime__io_close(fd);
+    while (n) {
+        uint64_t part = t->cap - first < n ? t->cap - first : n;
+        if (t->slots) {
+            memcpy(buf, t->slots + first, part * sizeof *buf);
+        } else {
+            ssize_t got = chime__io_pread(t->fd, buf, part * sizeof *buf, first * sizeof *buf);
+            if (got != (ssize_t)(part * sizeof *buf))
+                return got < 0 ? (int)got : -EIO;
+        }
+        buf += part;
+        n -= part;
+        first = 0;
+    }
+    return 0;
+}
+
+/* Write n slots from buf at position `first` on (wrapping). */
+static int write_slots(struct table *t, uint64_t first, uint64_t n, const struct slot *buf)
+{
+    while (n) {
+        uint64_t part = t->cap - first < n ? t->cap - first : n;
+        if (t->slots) {
+            memcpy(t->slots + first, buf, part * sizeof *buf);
+        } else {
+            int err = chime__io_pwrite(t->fd, buf, part * sizeof *buf, first * sizeof *buf);
+            if (err)
+                return err;
+        }
+        buf += part;
+        n -= part;
+        first = 0;
+    }
+    return 0;
+}
+
+/* Where h is, or the empty slot where it would go: *pos and a copy of the slot in *s. */
+static int find(const struct table *t, const struct chime__hash *h, uint64_t *pos, struct slot *s)
+{
+    uint64_t mask = t->cap - 1, home = h->lo & mask;
+    if (t->slots) { /* in memory: no copies */
+        for (uint64_t i = home;; i = (i + 1) & mask) {
+            const struct slot *x = &t->slots[i];
+            if (x->version == 0 || (x->lo == h->lo && x->hi == h->hi)) {
+                *pos = i;
+                *s = *x;
+                return 0;
+            }
+        }
+    }
+    struct slot w[WINDOW];
+    for (uint64_t start = home;; start = (start + WINDOW) & mask) {
+        uint64_t n = t->cap < WINDOW ? t->cap : WINDOW;
+        int err = read_slots(t, start, n, w);
+        if (err)
+            return err;
+        for (uint64_t i = 0; i < n; i++)
+            if (w[i].version == 0 || (w[i].lo == h->lo && w[i].hi == h->hi)) {
+                *pos = (start + i) & mask;
+                *s = w[i];
+                return 0;
+            }
+    }
+}
+
+/* ---- making, growing and moving tables ---- */
+
+static int anon_slots(uint64_t cap, struct slot **out)
+{
+    void *p = mmap(NULL, cap * sizeof(struct slot), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return -ENOMEM;
-    /* Slots are touched at random: a fault should map its own page, not the 16 around it (which
-     * the next trim would only unmap again). */
-    madvise(p, bytes, MADV_RANDOM);
     *out = p;
     return 0;
 }
 
-/*
- * A table of cap slots. Normally a new unnamed file, its blocks reserved up front (a full disk is an
- * error here and never a SIGBUS on a later store to the mapping), mapped. While a rebuild runs, plain
- * anonymous memory instead: a first write to a page of a file mapping costs the file system a block
- * allocation, which made a rebuild several times slower; rebuild_done writes the tables out.
- */
-static int map_table(const struct chime__index *ix, uint64_t cap, struct slot **out, int *anon)
+/* A table in memory that outgrew MEM_MAX goes into a file: one sequential write. */
+static int to_file(const struct chime__index *ix, struct table *t)
 {
-    size_t bytes = cap * sizeof(struct slot);
-    *anon = ix->building;
-    if (ix->building) {
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED)
-            return -ENOMEM;
-        *out = p;
-        return 0;
-    }
     int fd = chime__io_tmpfile(ix->dir);
     if (fd < 0)
         return fd;
-    int err = chime__io_fallocate(fd, 0, bytes);
+    /* Blocks reserved first: a full disk is this error, not a failed write later. */
+    int err = chime__io_fallocate(fd, 0, t->cap * sizeof(struct slot));
+    if (!err)
+        err = chime__io_pwrite(fd, t->slots, t->cap * sizeof(struct slot), 0);
     if (err) {
         chime__io_close(fd);
         return err;
     }
-    return map_file(fd, bytes, out);
-}
-
-/* Move an anonymous table into a file: one sequential write of it, then a mapping of the file. */
-static int table_to_file(const struct chime__index *ix, struct table *t)
-{
-    size_t bytes = t->cap * sizeof(struct slot);
-    int fd = chime__io_tmpfile(ix->dir);
-    if (fd < 0)
-        return fd;
-    int err = chime__io_pwrite(fd, t->slots, bytes, 0); /* allocates the blocks as it writes */
-    struct slot *mapped;
-    if (err) {
-        chime__io_close(fd);
-        return err;
-    }
-    err = map_file(fd, bytes, &mapped);
-    if (err)
-        return err;
-    munmap(t->slots, bytes);
-    t->slots = mapped;
-    t->anon = 0;
+    munmap(t->slots, t->cap * sizeof(struct slot));
+    t->slots = NULL;
+    t->fd = fd;
     return 0;
 }
 
-/* The slot holding h, or the empty slot where it would go. */
-static struct slot *probe(const struct table *t, const struct chime__hash *h)
+/* Whether a table of cap slots lives in a file (once the rebuild is over). */
+static int belongs_in_file(const struct chime__index *ix, uint64_t cap)
 {
-    uint64_t mask = t->cap - 1;
-    for (uint64_t i = h->lo & mask;; i = (i + 1) & mask) {
-        struct slot *s = &t->slots[i];
-        if (s->version == 0 || (s->lo == h->lo && s->hi == h->hi))
-            return s;
-    }
+    return !ix->building && cap * sizeof(struct slot) > ix->mem_max;
 }
 
-/* Rehash t into cap slots, dropping ended entries unless keep_ended (during a rebuild, an ended
- * entry is information: that version must not come back). */
+/* Rehash t into cap slots (built in memory), dropping ended entries unless keep_ended (during a
+ * rebuild, an ended entry is information: that version must not come back). */
 static int resize(struct chime__index *ix, struct table *t, uint64_t cap, int keep_ended)
 {
-    struct slot *fresh;
-    int anon;
-    int err = map_table(ix, cap, &fresh, &anon);
-    if (err)
+    struct table n = { NULL, -1, cap, 0, 0 };
+    int err = anon_slots(cap, &n.slots);
+    struct slot chunk[1024];
+    for (uint64_t i = 0; !err && i < t->cap; i += 1024) {
+        uint64_t m = t->cap - i < 1024 ? t->cap - i : 1024;
+        err = read_slots(t, i, m, chunk);
+        for (uint64_t k = 0; !err && k < m; k++) {
+            const struct slot *s = &chunk[k];
+            if (s->version == 0 || ((s->version & ENDED) && !keep_ended))
+                continue;
+            uint64_t pos;
+            struct slot unused;
+            find(&n, &(struct chime__hash){ s->lo, s->hi }, &pos, &unused); /* in memory: no error */
+            n.slots[pos] = *s;
+            n.used++;
+            n.ended += (s->version & ENDED) != 0;
+        }
+    }
+    if (!err && belongs_in_file(ix, cap))
+        err = to_file(ix, &n);
+    if (err) {
+        table_free(&n);
         return err;
-    struct table n = { fresh, cap, 0, 0, anon };
-    for (uint64_t i = 0; t->slots && i < t->cap; i++) {
-        struct slot *s = &t->slots[i];
-        if (s->version == 0 || ((s->version & ENDED) && !keep_ended))
-            continue;
-        *probe(&n, &(struct chime__hash){ s->lo, s->hi }) = *s;
-        n.used++;
-        n.ended += (s->version & ENDED) != 0;
     }
-    if (t->slots) {
-        munmap(t->slots, t->cap * sizeof(struct slot));
-        atomic_fetch_sub_explicit(&ix->bytes, t->cap * sizeof(struct slot), memory_order_relaxed);
-    }
+    atomic_fetch_sub_explicit(&ix->bytes, t->cap * sizeof(struct slot), memory_order_relaxed);
     atomic_fetch_add_explicit(&ix->bytes, cap * sizeof(struct slot), memory_order_relaxed);
+    table_free(t);
     *t = n;
     return 0;
 }
@@ -216,7 +279,7 @@ static int resize(struct chime__index *ix, struct table *t, uint64_t cap, int ke
 /* Room for one more entry: at most 3/4 of the slots occupied. */
 static int reserve(struct chime__index *ix, struct table *t)
 {
-    if (t->slots && (t->used + 1) * 4 <= t->cap * 3)
+    if (t->cap && (t->used + 1) * 4 <= t->cap * 3)
         return 0;
     uint64_t cap = t->cap ? t->cap : MIN_SLOTS;
     while ((t->used + 1) * 2 > cap) /* grow so that it is at most half full */
@@ -230,78 +293,118 @@ int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
     return reserve(ix, &ix->stripes[k->stripe].t[t]);
 }
 
-static void count_op(struct chime__index *ix)
-{
-    atomic_fetch_add_explicit(&ix->ops, 1, memory_order_relaxed); /* a statistic: no order */
-}
+/* ---- operations ---- */
 
 int chime__index_get(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
                      uint64_t *version, uint64_t *due)
 {
-    count_op(ix);
-    struct table *tb = &ix->stripes[k->stripe].t[t];
-    if (!tb->slots)
+    const struct table *tb = &ix->stripes[k->stripe].t[t];
+    if (!tb->cap)
         return 0;
-    struct slot *s = probe(tb, &k->h);
-    if (s->version == 0 || (s->version & ENDED))
+    uint64_t pos;
+    struct slot s;
+    int err = find(tb, &k->h, &pos, &s);
+    if (err)
+        return err;
+    if (s.version == 0 || (s.version & ENDED))
         return 0;
-    *version = s->version;
-    *due = s->due;
+    *version = s.version;
+    *due = s.due;
     return 1;
 }
 
 int chime__index_set(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
                      uint64_t version, uint64_t due)
 {
-    count_op(ix);
     struct table *tb = &ix->stripes[k->stripe].t[t];
     int err = reserve(ix, tb);
+    uint64_t pos;
+    struct slot s;
+    if (!err)
+        err = find(tb, &k->h, &pos, &s);
     if (err)
         return err;
-    struct slot *s = probe(tb, &k->h);
-    if (s->version == 0) {
+    struct slot n = { k->h.lo, k->h.hi, version, due };
+    err = write_slots(tb, pos, 1, &n);
+    if (err)
+        return err;
+    if (s.version == 0) {
         tb->used++;
         atomic_fetch_add_explicit(&ix->live[t], 1, memory_order_relaxed);
-    } else if (s->version & ENDED) {
+    } else if (s.version & ENDED) {
         tb->ended--;
         atomic_fetch_add_explicit(&ix->live[t], 1, memory_order_relaxed);
     }
-    *s = (struct slot){ k->h.lo, k->h.hi, version, due };
     return 0;
 }
 
-void chime__index_del(struct chime__index *ix, enum chime__index_table t,
-                      const struct chime__ikey *k)
+int chime__index_del(struct chime__index *ix, enum chime__index_table t,
+                     const struct chime__ikey *k)
 {
-    count_op(ix);
     struct table *tb = &ix->stripes[k->stripe].t[t];
-    if (!tb->slots)
-        return;
-    struct slot *s = probe(tb, &k->h);
-    if (s->version == 0)
-        return;
-    if (!(s->version & ENDED))
+    if (!tb->cap)
+        return 0;
+    uint64_t hole;
+    struct slot s;
+    int err = find(tb, &k->h, &hole, &s);
+    if (err || s.version == 0)
+        return err;
+    /* The probe run after the slot, up to its first empty slot, read into run[] (grown as
+     * needed); then backward-shift deletion on it: move later members of the run into the hole,
+     * so that every entry stays reachable from its home slot without passing an empty one. */
+    uint64_t mask = tb->cap - 1, len = 0, cap = WINDOW * 2;
+    struct slot stack[WINDOW * 2], *run = stack;
+    for (;;) {
+        if (len + WINDOW > cap) {
+            struct slot *grown = malloc((cap *= 2) * sizeof *grown);
+            if (!grown) {
+                err = -ENOMEM;
+                break;
+            }
+            memcpy(grown, run, len * sizeof *run);
+            if (run != stack)
+                free(run);
+            run = grown;
+        }
+        uint64_t n = len + WINDOW > tb->cap ? tb->cap - len : WINDOW;
+        err = read_slots(tb, (hole + len) & mask, n, run + len);
+        if (err)
+            break;
+        uint64_t before = len;
+        len += n;
+        int ends = 0;
+        for (uint64_t i = before ? before : 1; i < len && !ends; i++)
+            ends = run[i].version == 0;
+        if (ends || len >= tb->cap)
+            break;
+    }
+    if (!err) {
+        uint64_t h = 0; /* the hole, relative to the slot deleted */
+        for (uint64_t i = 1; i < len && run[i].version; i++) {
+            uint64_t home = ((run[i].lo & mask) - hole) & mask; /* relative home */
+            /* run[i] may fill the hole if its home is not in (h, i]. */
+            if (!(home > h && home <= i)) {
+                run[h] = run[i];
+                h = i;
+            }
+        }
+        run[h] = (struct slot){ 0, 0, 0, 0 };
+        /* Everything from the deleted slot to the last hole may have changed. */
+        err = write_slots(tb, hole, h + 1, run);
+    }
+    if (run != stack)
+        free(run);
+    if (err)
+        return err;
+    if (!(s.version & ENDED))
         atomic_fetch_sub_explicit(&ix->live[t], 1, memory_order_relaxed);
     else
         tb->ended--;
-    /* Backward-shift deletion: move later members of the probe run into the hole, so that every
-     * entry stays reachable from its home slot without passing an empty one. */
-    uint64_t mask = tb->cap - 1, hole = (uint64_t)(s - tb->slots);
-    for (uint64_t i = (hole + 1) & mask;; i = (i + 1) & mask) {
-        struct slot *n = &tb->slots[i];
-        if (n->version == 0)
-            break;
-        uint64_t home = n->lo & mask;
-        /* n may fill the hole if its home is not in (hole, i], cyclically. */
-        int between = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
-        if (!between) {
-            tb->slots[hole] = *n;
-            hole = i;
-        }
-    }
-    tb->slots[hole] = (struct slot){ 0, 0, 0, 0 };
     tb->used--;
+    return 0;
 }
+
+/* ---- rebuilding ---- */
 
 int chime__index_presize(struct chime__index *ix, uint64_t n)
 {
@@ -319,14 +422,18 @@ int chime__index_presize(struct chime__index *ix, uint64_t n)
     return 0;
 }
 
-/* One rebuild step: a put (kill 0) or an ending (kill 1) of `version` for k. */
+/* One rebuild step: a put (kill 0) or an ending (kill 1) of `version` for k. The table is in
+ * memory (building). */
 static int rebuild_one(struct chime__index *ix, const struct chime__rebuild_op *op)
 {
     struct table *tb = &ix->stripes[op->k.stripe].t[op->table];
     int err = reserve(ix, tb);
     if (err)
         return err;
-    struct slot *s = probe(tb, &op->k.h);
+    uint64_t pos;
+    struct slot cur;
+    find(tb, &op->k.h, &pos, &cur);
+    struct slot *s = &tb->slots[pos];
     uint64_t known = s->version & ~ENDED;
     if (s->version && (op->kill ? known > op->version : known >= op->version))
         return 0; /* a greater version is known (or, for a put, this one): nothing changes */
@@ -360,33 +467,27 @@ int chime__index_rebuild(struct chime__index *ix, const struct chime__rebuild_op
         if (err)
             return err;
     }
-    return 0; /* no trimming as it goes: a page given back is faulted in again by the next op */
+    return 0;
 }
-
-static void trim_all(struct chime__index *ix);
 
 int chime__index_rebuild_done(struct chime__index *ix)
 {
+    ix->building = 0;
     for (int i = 0; i < STRIPES; i++)
         for (int t = 0; t < 2; t++) {
             struct table *tb = &ix->stripes[i].t[t];
-            if (tb->ended) {
+            int err = 0;
+            if (tb->ended) { /* drop what ended, and size the table for what is left */
                 uint64_t cap = MIN_SLOTS;
                 while ((tb->used - tb->ended + 1) * 2 > cap)
                     cap *= 2;
-                int err = resize(ix, tb, cap, 0);
-                if (err)
-                    return err;
+                err = resize(ix, tb, cap, 0);
+            } else if (tb->slots && belongs_in_file(ix, tb->cap)) {
+                err = to_file(ix, tb);
             }
-            if (tb->anon) {
-                int err = table_to_file(ix, tb);
-                if (err)
-                    return err;
-            }
+            if (err)
+                return err;
         }
-    ix->building = 0;
-    if (atomic_load_explicit(&ix->bytes, memory_order_relaxed) > TRIM_ABOVE)
-        trim_all(ix);
     return 0;
 }
 
@@ -395,31 +496,12 @@ uint64_t chime__index_count(const struct chime__index *ix, enum chime__index_tab
     return atomic_load_explicit(&ix->live[t], memory_order_relaxed);
 }
 
+void chime__index_set_memory_max(struct chime__index *ix, uint64_t bytes)
+{
+    ix->mem_max = bytes;
+}
+
 uint64_t chime__index_bytes(const struct chime__index *ix)
 {
     return atomic_load_explicit(&ix->bytes, memory_order_relaxed);
-}
-
-void chime__index_trim(struct chime__index *ix)
-{
-    uint64_t n = atomic_load_explicit(&ix->ops, memory_order_relaxed);
-    if (n < TRIM_EVERY || atomic_load_explicit(&ix->bytes, memory_order_relaxed) <= TRIM_ABOVE)
-        return;
-    /* One thread trims: the one whose exchange takes the count back to 0. */
-    if (!atomic_compare_exchange_strong_explicit(&ix->ops, &n, 0, memory_order_relaxed,
-                                                 memory_order_relaxed))
-        return;
-    trim_all(ix);
-}
-
-static void trim_all(struct chime__index *ix)
-{
-    for (int i = 0; i < STRIPES; i++) {
-        struct stripe *st = &ix->stripes[i];
-        pthread_mutex_lock(&st->lock); /* a resize must not unmap what we advise on */
-        for (int t = 0; t < 2; t++)
-            if (st->t[t].slots && !st->t[t].anon) /* DONTNEED on anonymous memory zeroes it */
-                madvise(st->t[t].slots, st->t[t].cap * sizeof(struct slot), MADV_DONTNEED);
-        pthread_mutex_unlock(&st->lock);
-    }
 }

@@ -4,12 +4,11 @@
  * a key is pending, for keys whose timers are far away and held nowhere in memory.
  *
  * The index is derived: open() rebuilds it from the journal, so it is never synced and a crash
- * cannot damage it. Its tables live in unnamed files (O_TMPFILE) in the journal's directory, mapped
- * shared: the kernel's page cache holds them and may write them out and evict them under pressure,
- * and the index gives its mapped pages back every 8192 operations once it is larger than
- * 32 MiB (madvise DONTNEED: the data stays in the page cache, the process's resident set drops). That
- * is how 10^7 far timers cost the process little resident memory: a key lookup then costs a page
- * fault where it would have cost a cache miss.
+ * cannot damage it. Small tables are memory (at most 32 MiB in all); large ones live in unnamed files
+ * (O_TMPFILE) in the journal's directory, read and written a few slots at a time: the kernel's page
+ * cache holds them, and may write them out and evict them under pressure. That is how 10^7 far
+ * timers cost the process little resident memory: a key lookup then costs a pread where it would
+ * have cost a cache miss (index.c says why not a mapping).
  *
  * A key is named by its SipHash-2-4-128 under a key drawn at random at open (hash.c). Tables are
  * open-addressed with linear probing, 32 bytes a slot, at most 3/4 full, in 32 stripes by hash, each
@@ -51,19 +50,20 @@ void chime__index_key(const struct chime__index *ix, const void *key, size_t len
 void chime__index_lock(struct chime__index *ix, const struct chime__ikey *k);
 void chime__index_unlock(struct chime__index *ix, const struct chime__ikey *k);
 
-/* With k's stripe locked: */
-/* Return: 1 and the entry, or 0 if the key has none. */
+/* With k's stripe locked. Errors are those of reading or writing a table's file (-EIO...), or
+ * -ENOMEM, -ENOSPC when a table grows. */
+/* Return: 1 and the entry, 0 if the key has none, or an error. */
 int chime__index_get(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
                      uint64_t *version, uint64_t *due);
 /* Make room for one more entry in table t of k's stripe, so that the next chime__index_set there
- * cannot fail. Return: 0; -ENOMEM, -ENOSPC or an I/O error if the table had to grow. */
+ * does not grow it. Return: 0; -ENOMEM, -ENOSPC or an I/O error if the table had to grow. */
 int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
                          const struct chime__ikey *k);
-/* Insert or overwrite. Return: 0; as chime__index_reserve (never after a reserve on the stripe). */
+/* Insert or overwrite. Return: 0; as chime__index_reserve, or an error writing a table's file. */
 int chime__index_set(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
                      uint64_t version, uint64_t due);
-void chime__index_del(struct chime__index *ix, enum chime__index_table t,
-                      const struct chime__ikey *k);
+int chime__index_del(struct chime__index *ix, enum chime__index_table t,
+                     const struct chime__ikey *k);
 
 /*
  * Rebuilding (open, one thread, no lock needed): apply records in any order. A key keeps its
@@ -80,17 +80,17 @@ int chime__index_presize(struct chime__index *ix, uint64_t n);
 /* Apply ops in their order. Their slots are fetched ahead, a batch at a time: a rebuild is a cache
  * miss per record otherwise. Return: 0 or an error as chime__index_set. */
 int chime__index_rebuild(struct chime__index *ix, const struct chime__rebuild_op *ops, size_t n);
-/* Drop what ended, and give the pages the rebuild touched back (during a rebuild the process holds
- * every page it touches: up to the whole index). Return: 0 or an error as chime__index_set. */
+/* Drop what ended, and move the large tables into their files (during a rebuild the process holds
+ * every table: up to the whole index). Return: 0 or an error as chime__index_set. */
 int chime__index_rebuild_done(struct chime__index *ix);
 
 /* Live entries in table t (exact when no call runs). Any thread. */
 uint64_t chime__index_count(const struct chime__index *ix, enum chime__index_table t);
 
-/* Give mapped pages back if it is time to (see above). Any thread holding no stripe lock. */
-void chime__index_trim(struct chime__index *ix);
+/* Tests: tables larger than `bytes` go into files (512 KiB otherwise), before any is made. */
+void chime__index_set_memory_max(struct chime__index *ix, uint64_t bytes);
 
-/* Bytes of the tables' files. */
+/* Bytes of the tables, in memory and in files. */
 uint64_t chime__index_bytes(const struct chime__index *ix);
 
 #endif /* CHIME_STORE_INDEX_H */

@@ -26,6 +26,23 @@ static int j_wait(struct chime__backend *j, uint64_t ticket)
     return ticket ? chime__wal_wait(j->wal, ticket) : 0; /* a ticket is the record's end LSN */
 }
 
+/* An index error (reading or writing a table's file, growing a table): the index and the log could
+ * disagree from here on, so the journal fails (as for a failed write of the log). */
+static int index_failed(struct chime__backend *j, int err)
+{
+    if (err)
+        chime__journal_fail(j, err);
+    return err;
+}
+
+/* Look k up in table t. Return: 1 found, 0 not, or an error (the journal has failed). */
+static int lookup(struct chime__backend *j, enum chime__index_table t, const struct chime__ikey *k,
+                  uint64_t *version, uint64_t *due)
+{
+    int found = chime__index_get(j->ix, t, k, version, due);
+    return found < 0 ? index_failed(j, found) : found;
+}
+
 static int j_put(struct chime__backend *j, const struct chime__put *p, struct chime__put_result *res,
                  uint64_t *ticket)
 {
@@ -36,13 +53,17 @@ static int j_put(struct chime__backend *j, const struct chime__put *p, struct ch
     chime__index_key(j->ix, p->key, p->key_len, &k);
     chime__index_lock(j->ix, &k);
     uint64_t old = 0, old_due = 0, lsn = 0;
-    int found = chime__index_get(j->ix, CHIME__IX_PENDING, &k, &old, &old_due);
-    old &= ~CHIME__IX_FIRING;
+    int found = 0;
     err = chime__journal_error(j);
+    if (!err)
+        err = found = lookup(j, CHIME__IX_PENDING, &k, &old, &old_due);
+    if (err > 0)
+        err = 0;
+    old &= ~CHIME__IX_FIRING;
     if (!err && p->if_version && (!found || old != p->if_version))
         err = -ESTALE;
-    if (!err)
-        err = chime__index_reserve(j->ix, CHIME__IX_PENDING, &k); /* so that the set below cannot fail */
+    if (!err) /* grow the table now, if it must: once the record is in the log, nothing may fail */
+        err = index_failed(j, chime__index_reserve(j->ix, CHIME__IX_PENDING, &k));
     struct chime__rec r = { .type = CHIME__PUT, .key_len = (uint16_t)p->key_len, .key = p->key,
                             .payload_len = (uint32_t)p->payload_len, .payload = p->payload,
                             .due = p->due_ns, .attempt = p->attempt,
@@ -50,14 +71,13 @@ static int j_put(struct chime__backend *j, const struct chime__put *p, struct ch
     if (!err)
         err = chime__wal_append(j->wal, &r, 1, &lsn);
     if (!err)
-        chime__index_set(j->ix, CHIME__IX_PENDING, &k, r.version, p->due_ns);
+        err = index_failed(j, chime__index_set(j->ix, CHIME__IX_PENDING, &k, r.version, p->due_ns));
     chime__index_unlock(j->ix, &k);
     if (err)
         return err;
     *res = (struct chime__put_result){ .ref = { r.version, 0 },
                                        .replaced = { found ? old : 0, 0 }, .owned = 1 };
     *ticket = lsn;
-    chime__index_trim(j->ix);
     return 0;
 }
 
@@ -72,8 +92,9 @@ static int j_cancel(struct chime__backend *j, const void *key, size_t key_len,
     chime__index_lock(j->ix, &k);
     uint64_t v = 0, due = 0, lsn = 0;
     err = chime__journal_error(j);
-    if (!err && !chime__index_get(j->ix, CHIME__IX_PENDING, &k, &v, &due))
-        err = -ENOENT;
+    if (!err)
+        err = lookup(j, CHIME__IX_PENDING, &k, &v, &due);
+    err = err == 0 ? -ENOENT : err < 0 ? err : 0;
     if (!err && (v & CHIME__IX_FIRING))
         err = -EINPROGRESS;
     struct chime__rec r = { .type = CHIME__KILL, .key_len = (uint16_t)key_len, .key = key,
@@ -81,13 +102,12 @@ static int j_cancel(struct chime__backend *j, const void *key, size_t key_len,
     if (!err)
         err = chime__wal_append(j->wal, &r, 1, &lsn);
     if (!err)
-        chime__index_del(j->ix, CHIME__IX_PENDING, &k);
+        err = index_failed(j, chime__index_del(j->ix, CHIME__IX_PENDING, &k));
     chime__index_unlock(j->ix, &k);
     if (err)
         return err;
     *victim = (struct chime__ref){ v, 0 };
     *ticket = lsn;
-    chime__index_trim(j->ix);
     return 0;
 }
 
@@ -96,6 +116,7 @@ static int j_fire(struct chime__backend *j, struct chime__firing *f, size_t n)
     struct chime__rec stack[64], *recs = n <= 64 ? stack : malloc(n * sizeof *recs);
     if (!recs)
         return -ENOMEM;
+    int err = 0;
     for (size_t i = 0; i < n; i++) {
         recs[i] = (struct chime__rec){ .type = CHIME__FIRE, .key_len = (uint16_t)f[i].key_len,
                                        .key = f[i].key, .version = f[i].ref.version,
@@ -106,13 +127,18 @@ static int j_fire(struct chime__backend *j, struct chime__firing *f, size_t n)
         uint64_t v, due;
         chime__index_key(j->ix, f[i].key, f[i].key_len, &k);
         chime__index_lock(j->ix, &k);
-        if (chime__index_get(j->ix, CHIME__IX_PENDING, &k, &v, &due) && v == f[i].ref.version)
-            chime__index_set(j->ix, CHIME__IX_PENDING, &k, v | CHIME__IX_FIRING, due);
+        int found = lookup(j, CHIME__IX_PENDING, &k, &v, &due);
+        if (found > 0 && v == f[i].ref.version)
+            found = index_failed(j, chime__index_set(j->ix, CHIME__IX_PENDING, &k,
+                                                     v | CHIME__IX_FIRING, due));
         chime__index_unlock(j->ix, &k);
+        if (found < 0 && !err)
+            err = found;
         f[i].status = 0;
     }
     uint64_t lsn = 0;
-    int err = chime__journal_error(j);
+    if (!err)
+        err = chime__journal_error(j);
     if (!err)
         err = chime__wal_append(j->wal, recs, n, &lsn);
     if (recs != stack)
@@ -128,16 +154,17 @@ static int j_ack(struct chime__backend *j, const void *key, size_t key_len,
     chime__index_lock(j->ix, &k);
     uint64_t v = 0, due = 0, lsn;
     int err = chime__journal_error(j);
-    if (!err && chime__index_get(j->ix, CHIME__IX_PENDING, &k, &v, &due) &&
-        (v & ~CHIME__IX_FIRING) == ref->version) {
+    int found = err ? 0 : lookup(j, CHIME__IX_PENDING, &k, &v, &due);
+    if (found < 0)
+        err = found;
+    if (found > 0 && (v & ~CHIME__IX_FIRING) == ref->version) {
         struct chime__rec r = { .type = CHIME__KILL, .key_len = (uint16_t)key_len, .key = key,
                                 .version = ref->version, .due = due };
         err = chime__wal_append(j->wal, &r, 1, &lsn);
         if (!err)
-            chime__index_del(j->ix, CHIME__IX_PENDING, &k);
+            err = index_failed(j, chime__index_del(j->ix, CHIME__IX_PENDING, &k));
     }
     chime__index_unlock(j->ix, &k);
-    chime__index_trim(j->ix);
     return err; /* D3: not waited for */
 }
 
@@ -148,24 +175,26 @@ static int j_bury(struct chime__backend *j, const struct chime__timer *t)
     chime__index_lock(j->ix, &k);
     uint64_t v = 0, due = 0, dead = 0, unused, lsn;
     int err = chime__journal_error(j);
-    if (!err && chime__index_get(j->ix, CHIME__IX_PENDING, &k, &v, &due) &&
-        (v & ~CHIME__IX_FIRING) == t->ref.version) {
+    int found = err ? 0 : lookup(j, CHIME__IX_PENDING, &k, &v, &due), had = 0;
+    if (found < 0)
+        err = found;
+    if (found > 0 && (v & ~CHIME__IX_FIRING) == t->ref.version) {
         v = t->ref.version;
-        int had = chime__index_get(j->ix, CHIME__IX_DEAD, &k, &dead, &unused);
-        err = chime__index_reserve(j->ix, CHIME__IX_DEAD, &k);
+        had = lookup(j, CHIME__IX_DEAD, &k, &dead, &unused);
+        err = had < 0 ? had : index_failed(j, chime__index_reserve(j->ix, CHIME__IX_DEAD, &k));
         struct chime__rec r = { .type = CHIME__DEAD, .key_len = (uint16_t)t->key_len,
                                 .key = t->key, .payload_len = (uint32_t)t->payload_len,
                                 .payload = t->payload, .due = t->due_ns, .attempt = t->attempt,
-                                .kill_version = v, .kill_due = due, .kill_dead = had ? dead : 0 };
+                                .kill_version = v, .kill_due = due,
+                                .kill_dead = had > 0 ? dead : 0 };
         if (!err)
             err = chime__wal_append(j->wal, &r, 1, &lsn);
-        if (!err) {
-            chime__index_del(j->ix, CHIME__IX_PENDING, &k);
-            chime__index_set(j->ix, CHIME__IX_DEAD, &k, r.version, 0);
-        }
+        if (!err)
+            err = index_failed(j, chime__index_del(j->ix, CHIME__IX_PENDING, &k));
+        if (!err)
+            err = index_failed(j, chime__index_set(j->ix, CHIME__IX_DEAD, &k, r.version, 0));
     }
     chime__index_unlock(j->ix, &k);
-    chime__index_trim(j->ix);
     return err; /* D3: not waited for */
 }
 
@@ -266,14 +295,17 @@ static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_
     chime__index_key(j->ix, key, key_len, &k);
     uint64_t dead = 0, unused, lsn = 0, old = 0, old_due = 0;
     chime__index_lock(j->ix, &k);
-    int had = chime__index_get(j->ix, CHIME__IX_DEAD, &k, &dead, &unused);
+    int err = chime__journal_error(j);
+    int had = err ? 0 : lookup(j, CHIME__IX_DEAD, &k, &dead, &unused);
     chime__index_unlock(j->ix, &k);
+    if (err || had < 0)
+        return err ? err : had;
     if (!had)
-        return chime__journal_error(j) ? chime__journal_error(j) : -ENOENT;
+        return -ENOENT;
     /* Read its payload from the runs (unlocked: the logic serialises calls for this key, so the dead
      * letter cannot change meanwhile). */
     struct handover h = { .version = dead };
-    int err = chime__journal_flush_all(j);
+    err = chime__journal_flush_all(j);
     if (!err)
         err = read_runs(j, 1, 0, 0, find_dead, &h);
     if (err == 1)
@@ -286,20 +318,22 @@ static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_
     if (!err)
         err = chime__journal_error(j);
     if (!err)
-        found = chime__index_get(j->ix, CHIME__IX_PENDING, &k, &old, &old_due);
+        err = found = lookup(j, CHIME__IX_PENDING, &k, &old, &old_due);
+    if (err > 0)
+        err = 0;
     old &= ~CHIME__IX_FIRING;
     if (!err)
-        err = chime__index_reserve(j->ix, CHIME__IX_PENDING, &k);
+        err = index_failed(j, chime__index_reserve(j->ix, CHIME__IX_PENDING, &k));
     struct chime__rec r = { .type = CHIME__PUT, .key_len = (uint16_t)key_len, .key = key,
                             .payload_len = (uint32_t)h.payload_len, .payload = h.payload,
                             .due = due_ns, .kill_version = found ? old : 0,
                             .kill_due = found ? old_due : 0, .kill_dead = dead };
     if (!err)
         err = chime__wal_append(j->wal, &r, 1, &lsn);
-    if (!err) {
-        chime__index_set(j->ix, CHIME__IX_PENDING, &k, r.version, due_ns);
-        chime__index_del(j->ix, CHIME__IX_DEAD, &k);
-    }
+    if (!err)
+        err = index_failed(j, chime__index_set(j->ix, CHIME__IX_PENDING, &k, r.version, due_ns));
+    if (!err)
+        err = index_failed(j, chime__index_del(j->ix, CHIME__IX_DEAD, &k));
     chime__index_unlock(j->ix, &k);
     if (!err) {
         *res = (struct chime__put_result){ .ref = { r.version, 0 },
@@ -309,7 +343,6 @@ static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_
                                   .ref = res->ref };
         fn(ctx, &t);
         *ticket = lsn;
-        chime__index_trim(j->ix);
     }
     free(h.payload);
     return err;
@@ -323,14 +356,15 @@ static int j_dead_drop(struct chime__backend *j, const void *key, size_t key_len
     chime__index_lock(j->ix, &k);
     uint64_t v = 0, unused, lsn = 0;
     int err = chime__journal_error(j);
-    if (!err && !chime__index_get(j->ix, CHIME__IX_DEAD, &k, &v, &unused))
-        err = -ENOENT;
+    if (!err)
+        err = lookup(j, CHIME__IX_DEAD, &k, &v, &unused);
+    err = err == 0 ? -ENOENT : err < 0 ? err : 0;
     struct chime__rec r = { .type = CHIME__KILL, .flags = CHIME__KILL_DEAD,
                             .key_len = (uint16_t)key_len, .key = key, .version = v };
     if (!err)
         err = chime__wal_append(j->wal, &r, 1, &lsn);
     if (!err)
-        chime__index_del(j->ix, CHIME__IX_DEAD, &k);
+        err = index_failed(j, chime__index_del(j->ix, CHIME__IX_DEAD, &k));
     chime__index_unlock(j->ix, &k);
     *ticket = lsn;
     return err;
