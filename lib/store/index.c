@@ -207,8 +207,10 @@ static int find(const struct table *t, const struct chime__hash *h, uint64_t *po
 
 static int anon_slots(uint64_t cap, struct slot **out)
 {
+    /* Populated: a table is written all over, and a first read of an untouched page would map the
+     * zero page only for the first write to copy it. */
     void *p = mmap(NULL, cap * sizeof(struct slot), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED)
         return -ENOMEM;
     *out = p;
@@ -221,10 +223,7 @@ static int to_file(const struct chime__index *ix, struct table *t)
     int fd = chime__io_tmpfile(ix->dir);
     if (fd < 0)
         return fd;
-    /* Blocks reserved first: a full disk is this error, not a failed write later. */
-    int err = chime__io_fallocate(fd, 0, t->cap * sizeof(struct slot));
-    if (!err)
-        err = chime__io_pwrite(fd, t->slots, t->cap * sizeof(struct slot), 0);
+    int err = chime__io_pwrite(fd, t->slots, t->cap * sizeof(struct slot), 0);
     if (err) {
         chime__io_close(fd);
         return err;
@@ -409,7 +408,7 @@ int chime__index_del(struct chime__index *ix, enum chime__index_table t,
 int chime__index_presize(struct chime__index *ix, uint64_t n)
 {
     uint64_t per = n / STRIPES + 1, cap = MIN_SLOTS;
-    while (per * 2 > cap) /* at most half full, as growth leaves a table */
+    while (per * 4 > cap * 3) /* at most three quarters full: the most reserve() lets it be */
         cap *= 2;
     for (int i = 0; i < STRIPES; i++) {
         struct table *tb = &ix->stripes[i].t[CHIME__IX_PENDING];
@@ -477,7 +476,7 @@ int chime__index_rebuild_done(struct chime__index *ix)
         for (int t = 0; t < 2; t++) {
             struct table *tb = &ix->stripes[i].t[t];
             int err = 0;
-            if (tb->ended) { /* drop what ended, and size the table for what is left */
+            if (tb->ended > tb->used / 4) { /* drop what ended, size the table for what is left */
                 uint64_t cap = MIN_SLOTS;
                 while ((tb->used - tb->ended + 1) * 2 > cap)
                     cap *= 2;

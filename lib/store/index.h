@@ -80,7 +80,8 @@ int chime__index_presize(struct chime__index *ix, uint64_t n);
 /* Apply ops in their order. Their slots are fetched ahead, a batch at a time: a rebuild is a cache
  * miss per record otherwise. Return: 0 or an error as chime__index_set. */
 int chime__index_rebuild(struct chime__index *ix, const struct chime__rebuild_op *ops, size_t n);
-/* Drop what ended, and move the large tables into their files (during a rebuild the process holds
+/* Drop what ended (unless it is under a quarter of a table: an ended entry reads as absent, and a
+ * later put of its key takes its slot), and move the large tables into their files (during a rebuild the process holds
  * every table: up to the whole index). Return: 0 or an error as chime__index_set. */
 int chime__index_rebuild_done(struct chime__index *ix);
 

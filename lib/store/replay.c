@@ -257,8 +257,8 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
     uint64_t *valid = NULL;
     int err = sort_out(&l, j->dir);
 
-    if (!err) /* about a key per 128 bytes of journal: the tables need not grow as they fill */
-        err = chime__index_presize(j->ix, chime__io_dir_bytes(j->dir) / 128);
+    if (!err) /* at most a key per 144 bytes of journal: the tables need not grow as they fill */
+        err = chime__index_presize(j->ix, chime__io_dir_bytes(j->dir) / 144);
     for (size_t i = 0; !err && i < l.nruns; i++) { /* step 2 */
         char name[CHIME__NAME_MAX];
         chime__run_name(name, l.runs[i].lo, l.runs[i].hi);
