@@ -5,6 +5,8 @@
  */
 #include "store_util.h"
 
+#include "store/backend.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -591,6 +593,28 @@ static void a_firing_cut_by_the_process_ending_fires_again_with_attempt_plus_one
     CHECK_EQ(chime_store_close(s), 0);
 }
 
+static void a_firing_the_dispatcher_took_is_not_cancelled_before_the_backend_marks_it(void)
+{
+    /* The dispatcher marks a timer FIRING in the table, then asks the backend to record the firing:
+     * a cancel in between must not cancel it (the handler is about to start). The logic passes the
+     * version it is firing, and the backend refuses to cancel exactly that one. */
+    fresh();
+    struct chime_store_config cfg = { .path = dir };
+    static const struct chime__sink none = { NULL, NULL, NULL, NULL };
+    struct chime__backend *b;
+    CHECK_EQ(chime__journal_ops.open(&b, &cfg, &none), 0);
+    struct chime__put p = { "k", 1, "x", 1, wall_ns() + 3600 * SEC, 0, 0 };
+    struct chime__put_result res;
+    struct chime__ref victim;
+    uint64_t ticket;
+    CHECK_EQ(chime__journal_ops.put(b, &p, &res, &ticket), 0);
+    CHECK_EQ(chime__journal_ops.cancel(b, "k", 1, res.ref.version, &victim, &ticket), -EINPROGRESS);
+    CHECK_EQ(chime__journal_ops.cancel(b, "k", 1, res.ref.version + 1, &victim, &ticket), 0);
+    CHECK_EQ(victim.version, res.ref.version);
+    CHECK_EQ(chime__journal_ops.cancel(b, "k", 1, 0, &victim, &ticket), -ENOENT);
+    CHECK_EQ(chime__journal_ops.close(b), 0);
+}
+
 static const struct tap_test tests[] = {
     { "a_put_fires_once_at_its_due_time_never_before", a_put_fires_once_at_its_due_time_never_before },
     { "a_due_time_in_the_past_fires_at_once", a_due_time_in_the_past_fires_at_once },
@@ -624,6 +648,8 @@ static const struct tap_test tests[] = {
       the_rate_limit_bounds_handler_starts_over_any_interval },
     { "a_firing_cut_by_the_process_ending_fires_again_with_attempt_plus_one",
       a_firing_cut_by_the_process_ending_fires_again_with_attempt_plus_one },
+    { "a_firing_the_dispatcher_took_is_not_cancelled_before_the_backend_marks_it",
+      a_firing_the_dispatcher_took_is_not_cancelled_before_the_backend_marks_it },
 };
 
 int main(void)

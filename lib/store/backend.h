@@ -161,12 +161,15 @@ struct chime__backend_ops {
 
     /*
      * Record that key's pending timer is cancelled (D1). *victim receives the cancelled timer's ref.
-     * Return: 0 and *ticket; -ENOENT if none is pending; -EINPROGRESS if its firing is recorded
-     *         (fire) and it has not been acknowledged, retried or buried since: its handler is running
-     *         (here, or on another node), and it is not cancelled; -EIO, -ENOSPC; -ENOMEM.
+     * `firing` is the version whose firing the logic has begun (taken for fire() and not finished),
+     * or 0: if that is the pending version, it is not cancelled.
+     * Return: 0 and *ticket; -ENOENT if none is pending; -EINPROGRESS if the pending version is
+     *         `firing`, or its firing is recorded (fire) and it has not been acknowledged, retried or
+     *         buried since: its handler is running or about to (here, or on another node), and it is
+     *         not cancelled; -EIO, -ENOSPC; -ENOMEM.
      */
-    int (*cancel)(struct chime__backend *b, const void *key, size_t key_len, struct chime__ref *victim,
-                  uint64_t *ticket);
+    int (*cancel)(struct chime__backend *b, const void *key, size_t key_len, uint64_t firing,
+                  struct chime__ref *victim, uint64_t *ticket);
 
     /* Wait until the change that returned ticket is durable (D1); 0 is a ticket with nothing to wait
      * for. Return: 0; -EIO, -ENOSPC. */

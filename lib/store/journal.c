@@ -81,7 +81,7 @@ static int j_put(struct chime__backend *j, const struct chime__put *p, struct ch
     return 0;
 }
 
-static int j_cancel(struct chime__backend *j, const void *key, size_t key_len,
+static int j_cancel(struct chime__backend *j, const void *key, size_t key_len, uint64_t firing,
                     struct chime__ref *victim, uint64_t *ticket)
 {
     int err = chime__journal_throttle(j);
@@ -95,8 +95,8 @@ static int j_cancel(struct chime__backend *j, const void *key, size_t key_len,
     if (!err)
         err = lookup(j, CHIME__IX_PENDING, &k, &v, &due);
     err = err == 0 ? -ENOENT : err < 0 ? err : 0;
-    if (!err && (v & CHIME__IX_FIRING))
-        err = -EINPROGRESS;
+    if (!err && ((v & CHIME__IX_FIRING) || (firing && v == firing)))
+        err = -EINPROGRESS; /* its firing has begun (the logic's, before fire() marked it) */
     struct chime__rec r = { .type = CHIME__KILL, .key_len = (uint16_t)key_len, .key = key,
                             .version = v, .due = due };
     if (!err)

@@ -285,7 +285,8 @@ CHIME_API int chime_store_cancel(chime_store *s, const void *key, size_t key_len
     struct hot *p, *r;
     chime__store_find(st, hash, key, key_len, &p, &r);
     struct chime__ref victim;
-    err = s->ops->cancel(s->b, key, key_len, &victim, &ticket);
+    /* A firing taken by the dispatcher is not cancellable even before the backend has recorded it. */
+    err = s->ops->cancel(s->b, key, key_len, r ? r->ref.version : 0, &victim, &ticket);
     if (err == -ENOENT && r)
         err = -EINPROGRESS; /* nothing pending, but a firing runs: it cannot be stopped */
     if (!err) {
