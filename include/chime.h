@@ -396,6 +396,12 @@ struct chime_fire {
                                fired but not acknowledged (a firing is recorded 2 ms before its due
                                time: a crash in those 2 ms counts it though the handler never ran).
                                For a dead letter: the firings made */
+    uint64_t fence;         /* the fencing token of this firing: 0 with the journal; with
+                               PostgreSQL, epoch << 16 | shard, where epoch is the lease under which
+                               the firing was recorded. For one key it only grows from one owner to
+                               the next, so a downstream system that remembers the greatest fence it
+                               has seen for a key and refuses smaller ones shuts out a node that was
+                               paused past its lease. 0 for a dead letter */
 };
 
 /* What a handler returns: 0 = done (acknowledged; removed for good). > 0 = fire again after that many
