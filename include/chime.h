@@ -381,6 +381,20 @@ struct chime_store_config {            /* zero fields mean the defaults */
                                           sends it to the dead letters instead; 0 = 10 */
     struct chime_timer_config runtime; /* tick and workers on which handlers run (as chime_timer_new;
                                           max_pending is ignored) */
+    /* PostgreSQL (see "Durable timers on PostgreSQL" below; the journal ignores these fields). */
+    const char *postgres;              /* a libpq connection string ("host=db dbname=app"): when set,
+                                          timers live in that database, in the schema `chime` that
+                                          `chime-store --postgres CONNINFO init` created, and every
+                                          process that opens it shares them; path is then unused */
+    const char *node;                  /* this process's name in the cluster (at most 63 bytes);
+                                          NULL = host name and pid. Two live processes must not share
+                                          one (their leases would be one) */
+    unsigned shards;                   /* fixed when the schema is created (chime-store init
+                                          --shards); 0 = the schema's. Any other value must equal it
+                                          (else open fails with -EINVAL) */
+    uint64_t lease_ns;                 /* how long a shard's owner may go silent before another node
+                                          takes it over; 0 = 10 s; at least 200 ms (smaller values
+                                          are raised to it) */
 };
 
 /* One firing, as the handler (and a dead-letter listing) sees it. The pointers are valid only during
