@@ -323,7 +323,8 @@ struct dead_list {
 static int dead_one(void *ctx, const struct chime__timer *t)
 {
     struct dead_list *d = ctx;
-    struct chime_fire f = { t->key, t->key_len, t->payload, t->payload_len, t->due_ns, t->attempt };
+    struct chime_fire f = { t->key, t->key_len, t->payload, t->payload_len, t->due_ns, t->attempt,
+                             0 /* a dead letter has no fence */ };
     return d->fn(d->ctx, &f);
 }
 
