@@ -62,6 +62,20 @@ int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
 /* Insert or overwrite. Return: 0; as chime__index_reserve, or an error writing a table's file. */
 int chime__index_set(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
                      uint64_t version, uint64_t due);
+/* A lookup that remembers where the key goes, for a write after it (the put path: look up, append
+ * to the log, write the new version): one probe instead of two. Nothing may change the stripe's
+ * table in between; reserve first (growth moves the slots). */
+struct chime__islot {
+    uint64_t pos;
+    int found;        /* 1: version and due hold the key's live entry */
+    int ended;        /* the slot holds an ended entry of the key (left by a rebuild) */
+    uint64_t version, due;
+};
+int chime__index_find(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
+                      struct chime__islot *at);
+int chime__index_write(struct chime__index *ix, enum chime__index_table t,
+                       const struct chime__ikey *k, const struct chime__islot *at, uint64_t version,
+                       uint64_t due);
 int chime__index_del(struct chime__index *ix, enum chime__index_table t,
                      const struct chime__ikey *k);
 

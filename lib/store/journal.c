@@ -50,33 +50,32 @@ static int j_put(struct chime__backend *j, const struct chime__put *p, struct ch
     if (err)
         return err;
     struct chime__ikey k;
+    struct chime__islot at = { 0, 0, 0, 0, 0 };
     chime__index_key(j->ix, p->key, p->key_len, &k);
     chime__index_lock(j->ix, &k);
-    uint64_t old = 0, old_due = 0, lsn = 0;
-    int found = 0;
+    uint64_t lsn = 0;
     err = chime__journal_error(j);
-    if (!err)
-        err = found = lookup(j, CHIME__IX_PENDING, &k, &old, &old_due);
-    if (err > 0)
-        err = 0;
-    old &= ~CHIME__IX_FIRING;
-    if (!err && p->if_version && (!found || old != p->if_version))
-        err = -ESTALE;
-    if (!err) /* grow the table now, if it must: once the record is in the log, nothing may fail */
+    if (!err) /* grow the table first, if it must: once the record is in the log, nothing may fail */
         err = index_failed(j, chime__index_reserve(j->ix, CHIME__IX_PENDING, &k));
+    if (!err) /* one probe: the slot found is the one written after the append */
+        err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &at));
+    uint64_t old = at.version & ~CHIME__IX_FIRING;
+    if (!err && p->if_version && (!at.found || old != p->if_version))
+        err = -ESTALE;
     struct chime__rec r = { .type = CHIME__PUT, .key_len = (uint16_t)p->key_len, .key = p->key,
                             .payload_len = (uint32_t)p->payload_len, .payload = p->payload,
                             .due = p->due_ns, .attempt = p->attempt,
-                            .kill_version = found ? old : 0, .kill_due = found ? old_due : 0 };
+                            .kill_version = at.found ? old : 0, .kill_due = at.found ? at.due : 0 };
     if (!err)
         err = chime__wal_append(j->wal, &r, 1, &lsn);
     if (!err)
-        err = index_failed(j, chime__index_set(j->ix, CHIME__IX_PENDING, &k, r.version, p->due_ns));
+        err = index_failed(j, chime__index_write(j->ix, CHIME__IX_PENDING, &k, &at, r.version,
+                                                 p->due_ns));
     chime__index_unlock(j->ix, &k);
     if (err)
         return err;
     *res = (struct chime__put_result){ .ref = { r.version, 0 },
-                                       .replaced = { found ? old : 0, 0 }, .owned = 1 };
+                                       .replaced = { at.found ? old : 0, 0 }, .owned = 1 };
     *ticket = lsn;
     return 0;
 }
