@@ -326,7 +326,7 @@ int chime__index_find(struct chime__index *ix, enum chime__index_table t, const 
     const struct table *tb = &ix->stripes[k->stripe].t[t];
     *at = (struct chime__islot){ 0, 0, 0, 0, 0 };
     if (!tb->cap)
-        return -EINVAL; /* not reserved */
+        return 0; /* no table yet: not found (a write needs a reserve first) */
     struct slot s;
     int err = find(tb, &k->h, &at->pos, &s);
     if (err)
@@ -380,17 +380,11 @@ int chime__index_set(struct chime__index *ix, enum chime__index_table t, const s
     return 0;
 }
 
-int chime__index_del(struct chime__index *ix, enum chime__index_table t,
-                     const struct chime__ikey *k)
+/* Delete the entry s found at `hole` (see chime__index_del). */
+static int del_at(struct chime__index *ix, enum chime__index_table t, struct table *tb,
+                  uint64_t hole, struct slot s)
 {
-    struct table *tb = &ix->stripes[k->stripe].t[t];
-    if (!tb->cap)
-        return 0;
-    uint64_t hole;
-    struct slot s;
-    int err = find(tb, &k->h, &hole, &s);
-    if (err || s.version == 0)
-        return err;
+    int err = 0;
     /* The probe run after the slot, up to its first empty slot, read into run[] (grown as
      * needed); then backward-shift deletion on it: move later members of the run into the hole,
      * so that every entry stays reachable from its home slot without passing an empty one. */
@@ -444,6 +438,29 @@ int chime__index_del(struct chime__index *ix, enum chime__index_table t,
         tb->ended--;
     tb->used--;
     return 0;
+}
+
+int chime__index_del(struct chime__index *ix, enum chime__index_table t,
+                     const struct chime__ikey *k)
+{
+    struct table *tb = &ix->stripes[k->stripe].t[t];
+    if (!tb->cap)
+        return 0;
+    uint64_t hole;
+    struct slot s;
+    int err = find(tb, &k->h, &hole, &s);
+    if (err || s.version == 0)
+        return err;
+    return del_at(ix, t, tb, hole, s);
+}
+
+int chime__index_del_at(struct chime__index *ix, enum chime__index_table t,
+                        const struct chime__ikey *k, const struct chime__islot *at)
+{
+    struct table *tb = &ix->stripes[k->stripe].t[t];
+    if (!at->found)
+        return 0;
+    return del_at(ix, t, tb, at->pos, (struct slot){ k->h.lo, k->h.hi, at->version, at->due });
 }
 
 /* ---- rebuilding ---- */

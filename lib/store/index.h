@@ -29,11 +29,6 @@ enum chime__index_table {
     CHIME__IX_DEAD = 1,    /* key -> version of its dead letter */
 };
 
-/* A flag the journal keeps in a pending entry's version: its firing is recorded (fire) and the
- * handler has not finished. Versions stay below it. A rebuild never sets it: after a restart nothing
- * is running. */
-#define CHIME__IX_FIRING (UINT64_C(1) << 62)
-
 struct chime__ikey {
     struct chime__hash h;
     unsigned stripe;
@@ -76,6 +71,9 @@ int chime__index_find(struct chime__index *ix, enum chime__index_table t, const 
 int chime__index_write(struct chime__index *ix, enum chime__index_table t,
                        const struct chime__ikey *k, const struct chime__islot *at, uint64_t version,
                        uint64_t due);
+/* Delete the entry chime__index_find found (at->found): one probe instead of two. */
+int chime__index_del_at(struct chime__index *ix, enum chime__index_table t,
+                        const struct chime__ikey *k, const struct chime__islot *at);
 int chime__index_del(struct chime__index *ix, enum chime__index_table t,
                      const struct chime__ikey *k);
 
