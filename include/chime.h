@@ -439,9 +439,11 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
  *         or key_len or payload_len is 0 or over its maximum (nothing is written); -EIO, -ENOSPC (the
  *         store has failed: see above; this put is not durable); -ESHUTDOWN once close has begun;
  *         -ENOMEM.
- * Complexity: O(1) expected: a hash lookup in memory and one in the journal's key index (memory-mapped;
- *             a page fault when that page was evicted), one record appended; with CHIME_SYNC_EACH a
- *             wait for the next group commit (one fdatasync shared with every waiting thread).
+ * Complexity: O(1) expected: a hash lookup in memory and one in the journal's key index (in memory
+ *             up to about a quarter of a million keys; beyond, a pread and a pwrite of the index's
+ *             file, held in the page cache), one record appended; with CHIME_SYNC_EACH a wait for the
+ *             next group commit (one fdatasync shared with every waiting thread). Waits also while
+ *             the journal's flusher is more than a few segments behind (the disk sets the pace).
  * Thread safety: any thread, handlers included.
  */
 CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, const void *payload,
@@ -521,7 +523,8 @@ CHIME_API int chime_store_dead_requeue(chime_store *s, const void *key, size_t k
 CHIME_API int chime_store_dead_drop(chime_store *s, const void *key, size_t key_len);
 
 struct chime_store_stats {
-    uint64_t pending;     /* pending timers, in memory and on disk (running ones not included) */
+    uint64_t pending;     /* pending timers, in memory and on disk (a running one counts until
+                             its handler's outcome is recorded) */
     uint64_t loaded;      /* of those, the ones due within the horizon, held in memory */
     uint64_t running;     /* handlers started and not yet returned */
     uint64_t dead;        /* dead letters */
@@ -536,7 +539,8 @@ struct chime_store_stats {
 /*
  * Read the store's counters (a snapshot: each is exact at some moment during the call). A NULL s or
  * out is a no-op.
- * Complexity: O(1). Thread safety: any thread, handlers included.
+ * Complexity: O(files in the journal's directory, a few dozen): journal_bytes is read from it.
+ * Thread safety: any thread, handlers included.
  */
 CHIME_API void chime_store_stats(const chime_store *s, struct chime_store_stats *out);
 
