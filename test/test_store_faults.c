@@ -52,14 +52,7 @@ static int fail_wal_op(void *ctx, enum chime__io_op op, const char *name, int fd
 
 static void fresh(void)
 {
-    if (dir) {
-        tmpdir_remove(dir);
-        free(dir);
-    }
-    dir = tmpdir_make("faults");
-    CHECK(dir != NULL, "mkdtemp");
-    recorder_free(&rec);
-    recorder_init(&rec, NULL);
+    store_test_fresh(&dir, "faults", &rec);
 }
 
 static chime_store *open_store(void)
