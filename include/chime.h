@@ -526,9 +526,11 @@ struct chime_store_stats {
     uint64_t pending;     /* pending timers, in memory and on disk (a running one counts until
                              its handler's outcome is recorded) */
     uint64_t loaded;      /* of those, the ones due within the horizon, held in memory */
-    uint64_t running;     /* handlers started and not yet returned */
+    uint64_t running;     /* firings recorded whose outcome is not yet recorded (a handler about
+                             to start at its due time, running, or its outcome being written) */
     uint64_t dead;        /* dead letters */
-    uint64_t fired;       /* handler starts since open */
+    uint64_t fired;       /* firings recorded since open (each one's handler starts at its due
+                             time, unless the store closes or fails first) */
     uint64_t acked;       /* handlers that returned 0 since open */
     uint64_t retried;     /* handlers that asked for a retry since open */
     uint64_t buried;      /* timers sent to the dead letters since open */
