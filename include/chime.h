@@ -457,8 +457,9 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
  * Return: 0 (with CHIME_SYNC_EACH: the cancel is on stable storage, and no crash can undo it);
  *         -ENOENT if key has no pending timer (never put, fired and acknowledged, cancelled, or in the
  *         dead letters); -EINPROGRESS if key's handler is running, or its firing is recorded (from 2
- *         ms before its due time), and no newer put is pending: it cannot be cancelled; -EINVAL if s or key is NULL or key_len is
- *         0 or over CHIME_STORE_KEY_MAX; -EIO, -ENOSPC, -ESHUTDOWN, -ENOMEM as chime_store_put.
+ *         ms before its due time), and no newer put is pending: it cannot be cancelled; -EINVAL if
+ *         s or key is NULL or key_len is 0 or over CHIME_STORE_KEY_MAX; -EIO, -ENOSPC, -ESHUTDOWN,
+ *         -ENOMEM as chime_store_put.
  * Complexity: as chime_store_put.
  * Thread safety: any thread, handlers included (a handler cancelling its own key gets -EINPROGRESS).
  */
