@@ -24,6 +24,16 @@
 extern "C" {
 #endif
 
+/*
+ * The version of this header: MAJOR.MINOR.PATCH, and packed as (MAJOR << 16) | (MINOR << 8) | PATCH
+ * so that versions compare as integers. chime_version() returns the packed version of the library
+ * the program runs with. The build refuses to configure if these disagree with meson.build's version.
+ */
+#define CHIME_VERSION_MAJOR 0
+#define CHIME_VERSION_MINOR 2
+#define CHIME_VERSION_PATCH 0
+#define CHIME_VERSION ((CHIME_VERSION_MAJOR << 16) | (CHIME_VERSION_MINOR << 8) | CHIME_VERSION_PATCH)
+
 #if defined(CHIME_BUILDING_LIBRARY) && defined(__GNUC__)
 #define CHIME_API __attribute__((visibility("default")))
 #else
@@ -37,10 +47,15 @@ extern "C" {
 /*
  * The default layout: a clock with a millisecond tick. 1000 ms make a second, 60 s a minute,
  * 60 min an hour, 24 h a day, and 512 day slots let the top level span 512 days (about 1.4 years).
+ * The CHIME_LAYOUT_* macros are designated initializers for a chime_wheel_config or a
+ * chime_timer_config: struct chime_wheel_config cfg = { .start = now, CHIME_LAYOUT_SECONDS };
+ * C++ before C++20 has no designated initializers: it names a layout with chime_layout_*() below.
  */
-#define CHIME_LAYOUT_MILLISECONDS .levels = 5, .slots = { 1000, 60, 60, 24, 512 }
+#define CHIME_LAYOUT_MILLISECONDS .levels = 5, .slots = { CHIME__SLOTS_MILLISECONDS }
 /* The same clock with a one-second tick: 60 s, 60 min, 24 h, 512 days. */
-#define CHIME_LAYOUT_SECONDS .levels = 4, .slots = { 60, 60, 24, 512 }
+#define CHIME_LAYOUT_SECONDS .levels = 4, .slots = { CHIME__SLOTS_SECONDS }
+#define CHIME__SLOTS_MILLISECONDS 1000, 60, 60, 24, 512
+#define CHIME__SLOTS_SECONDS 60, 60, 24, 512
 
 /*
  * A timer handle. 0 is never a valid id. An id names one scheduling of one timer: once that timer
@@ -59,6 +74,37 @@ struct chime_wheel_config {
     unsigned levels;                   /* 0 = CHIME_LAYOUT_MILLISECONDS (slots[] is then ignored) */
     uint32_t slots[CHIME_MAX_LEVELS];  /* slots per level, lowest first; level i's slot spans level i-1 */
 };
+
+/* Copy a layout's n slot counts into slots[] and zero the rest; returns n. Not for direct use. */
+static inline unsigned chime__layout(uint32_t slots[CHIME_MAX_LEVELS], const uint32_t *layout,
+                                     unsigned n)
+{
+    for (unsigned i = 0; i < CHIME_MAX_LEVELS; i++)
+        slots[i] = i < n ? layout[i] : 0;
+    return n;
+}
+
+/*
+ * Name a layout without designated initializers (C++ before C++20, or C that fills a config field
+ * by field): store the layout's slot counts in slots[] (entries past its levels set to 0) and return
+ * its number of levels, so one line sets a chime_wheel_config or a chime_timer_config alike:
+ *     cfg.levels = chime_layout_seconds(cfg.slots);
+ * The result is the same layout as the CHIME_LAYOUT_* macro of that name.
+ * @slots: the config's slots[]; must not be NULL.
+ * Return: the layout's number of levels (5 for milliseconds, 4 for seconds).
+ * Complexity: O(CHIME_MAX_LEVELS). Thread safety: any thread (slots is the caller's).
+ */
+static inline unsigned chime_layout_milliseconds(uint32_t slots[CHIME_MAX_LEVELS])
+{
+    static const uint32_t layout[] = { CHIME__SLOTS_MILLISECONDS };
+    return chime__layout(slots, layout, (unsigned)(sizeof(layout) / sizeof(layout[0])));
+}
+
+static inline unsigned chime_layout_seconds(uint32_t slots[CHIME_MAX_LEVELS])
+{
+    static const uint32_t layout[] = { CHIME__SLOTS_SECONDS };
+    return chime__layout(slots, layout, (unsigned)(sizeof(layout) / sizeof(layout[0])));
+}
 
 /*
  * Create a wheel.
@@ -321,6 +367,13 @@ CHIME_API void chime_timer_stats(const chime_timer *t, struct chime_stats *out);
  * Return: never NULL. Complexity: O(1). Thread safety: any thread.
  */
 CHIME_API const char *chime_strerror(int err);
+
+/*
+ * The version of the library the program runs with, packed as CHIME_VERSION is: compare it with
+ * CHIME_VERSION (the header the program was compiled with) to detect a library older than the header.
+ * Return: (major << 16) | (minor << 8) | patch. Complexity: O(1). Thread safety: any thread.
+ */
+CHIME_API uint32_t chime_version(void);
 
 #ifdef __cplusplus
 }
