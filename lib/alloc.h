@@ -1,8 +1,11 @@
 /*
- * Where chime's memory comes from. By default the node pool and the slot tables are allocated with
- * jemalloc's non-standard API (mallocx/sdallocx), so chime gets jemalloc's size classes and arenas
- * without replacing the application's malloc; `-Dallocator=system` uses the C library instead, which
- * is what the sanitizer and valgrind builds use so that every allocation is tracked.
+ * Where chime's memory comes from. By default the shared library allocates the node pool and the
+ * slot tables with jemalloc's non-standard API (mallocx/sdallocx), so chime gets jemalloc's size
+ * classes and arenas without replacing the application's malloc (the loader finds malloc in libc
+ * before libjemalloc); `-Dallocator=system` uses the C library instead, which is what the sanitizer
+ * and valgrind builds use so that every allocation is tracked. The static archive is always
+ * compiled without CHIME_USE_JEMALLOC (lib/meson.build): Debian's libjemalloc.a defines malloc
+ * itself, so linking it would replace the whole program's allocator.
  * Sizes passed here are never 0 (mallocx(0) is undefined).
  */
 #ifndef CHIME_ALLOC_H
