@@ -41,11 +41,12 @@ else
 fi
 
 missing=
-for f in include/chime.h lib/libchime.so.0 lib/libchime.a lib/pkgconfig/chime.pc; do
+for f in include/chime.h lib/libchime.so.0 lib/libchime.a lib/pkgconfig/chime.pc \
+         share/man/man3/chime.3 share/man/man3/chime_wheel.3 share/man/man3/chime_timer_stop.3; do
   [ -e "$prefix/$f" ] || missing="$missing $f"
 done
-if [ -z "$missing" ]; then ok "the prefix holds the header, both libraries and chime.pc"
-else not_ok "the prefix holds the header, both libraries and chime.pc" "missing:$missing"; fi
+if [ -z "$missing" ]; then ok "the prefix holds the header, both libraries, chime.pc and the man pages"
+else not_ok "the prefix holds the header, both libraries, chime.pc and the man pages" "missing:$missing"; fi
 
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 # The shared library serves the pool from jemalloc (mallocx) or from malloc, as configured; nothing
