@@ -3,8 +3,8 @@
 # chime as a distribution or an application gets it: `meson install` into a prefix, then
 # test/consumer.c built through pkg-config (shared library; static archive in a dynamic program;
 # fully static) and through CMake's pkg_check_modules, each run and asked which allocator serves
-# malloc and which serves chime's pool; then the installed library's ABI against the committed
-# baseline (test/abi.sh). The install is a fresh library-only build of this source tree with debug
+# malloc and which serves chime's heap allocations; then the installed library's ABI against the
+# committed baseline (test/abi.sh). The install is a fresh library-only build of this source tree with debug
 # information (abidiff needs it), so it does not depend on how the calling build was configured.
 # TAP output.
 #
@@ -49,9 +49,9 @@ if [ -z "$missing" ]; then ok "the prefix holds the header, both libraries, chim
 else not_ok "the prefix holds the header, both libraries, chime.pc and the man pages" "missing:$missing"; fi
 
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
-# The shared library serves the pool from jemalloc (mallocx) or from malloc, as configured; nothing
-# may ever replace the program's malloc.
-if [ "$allocator" = jemalloc ]; then shared_pool=other; else shared_pool=glibc; fi
+# The shared library serves its heap allocations from jemalloc (mallocx) or from malloc, as
+# configured; nothing may ever replace the program's malloc.
+if [ "$allocator" = jemalloc ]; then shared_heap=other; else shared_heap=glibc; fi
 
 # $1: test name, $2: expected output, $3: the program, $4: NEEDED libchime (yes/no/static).
 check_program() {
@@ -71,19 +71,19 @@ check_program() {
 cc=${CC:-cc}
 # shellcheck disable=SC2046 # pkg-config's output is a list of words
 if quiet "$cc" -o "$tmp/dynamic" "$src/test/consumer.c" $(pkg-config --cflags --libs chime); then
-  check_program "pkg-config, shared library" "malloc=glibc pool=$shared_pool" "$tmp/dynamic" yes
+  check_program "pkg-config, shared library" "malloc=glibc heap=$shared_heap" "$tmp/dynamic" yes
 else not_ok "pkg-config, shared library: does not link"; fi
 
 # The static archive in a dynamic program, as a build system that prefers static libraries links it.
 # shellcheck disable=SC2046
 if quiet "$cc" -o "$tmp/archive" "$src/test/consumer.c" $(pkg-config --cflags chime) \
      -Wl,-Bstatic $(pkg-config --static --libs chime) -Wl,-Bdynamic; then
-  check_program "pkg-config --static, static archive" "malloc=glibc pool=glibc" "$tmp/archive" no
+  check_program "pkg-config --static, static archive" "malloc=glibc heap=glibc" "$tmp/archive" no
 else not_ok "pkg-config --static, static archive: does not link"; fi
 
 # shellcheck disable=SC2046
 if quiet "$cc" -static -o "$tmp/static" "$src/test/consumer.c" $(pkg-config --cflags --static --libs chime); then
-  check_program "-static \$(pkg-config --static --libs chime)" "malloc=glibc pool=glibc" "$tmp/static" static
+  check_program "-static \$(pkg-config --static --libs chime)" "malloc=glibc heap=glibc" "$tmp/static" static
 else not_ok "-static \$(pkg-config --static --libs chime): does not link"; fi
 
 mkdir "$tmp/cmake"
@@ -96,7 +96,7 @@ add_executable(consumer "$src/test/consumer.c")
 target_link_libraries(consumer PRIVATE PkgConfig::CHIME)
 EOF
 if quiet cmake -S "$tmp/cmake" -B "$tmp/cmake/build" -G Ninja && quiet cmake --build "$tmp/cmake/build"; then
-  check_program "CMake pkg_check_modules(IMPORTED_TARGET)" "malloc=glibc pool=$shared_pool" \
+  check_program "CMake pkg_check_modules(IMPORTED_TARGET)" "malloc=glibc heap=$shared_heap" \
     "$tmp/cmake/build/consumer" yes
 else not_ok "CMake pkg_check_modules(IMPORTED_TARGET): does not build"; fi
 

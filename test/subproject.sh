@@ -83,7 +83,7 @@ fi
 if quiet env PKG_CONFIG_LIBDIR="$tmp/no-pkgconfig" PKG_CONFIG_PATH= meson setup "$tmp/build-system" \
      "$parent" -Dbuildtype=debug -Ddefault_library=shared -Dchime:allocator=system &&
    quiet ninja -C "$tmp/build-system" && out=$("$tmp/build-system/consumer") &&
-   [ "$out" = "malloc=glibc pool=glibc" ]; then
+   [ "$out" = "malloc=glibc heap=glibc" ]; then
   ok "without jemalloc, -Dchime:allocator=system builds and runs: $out"
 else
   not_ok "without jemalloc, -Dchime:allocator=system builds and runs" "${out:-}"
