@@ -62,3 +62,8 @@ void chime__unmap_pages(void *ptr, size_t size)
 {
     madvise(ptr, size, MADV_DONTNEED);
 }
+
+void chime__map_huge(void *ptr, size_t size)
+{
+    madvise(ptr, size, MADV_HUGEPAGE); /* advice: without transparent huge pages it does nothing */
+}

@@ -144,5 +144,7 @@ void *chime__remap(void *ptr, size_t old_size, size_t size);
 void chime__unmap(void *ptr, size_t size);
 /* Give the pages of [ptr, ptr + size) back to the system; they read as zeros afterwards. */
 void chime__unmap_pages(void *ptr, size_t size);
+/* Ask for transparent huge pages over [ptr, ptr + size) (a hint; ignored where THP is off). */
+void chime__map_huge(void *ptr, size_t size);
 
 #endif /* CHIME_ALLOC_H */

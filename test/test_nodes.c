@@ -17,8 +17,8 @@ static uint32_t take(void)
 {
     uint32_t idx;
     cr_assert(eq(int, chime__nodes_take(&ns, &idx), 0));
-    ns.v[idx].fn = dummy; /* in use */
-    ns.v[idx].h.pos = 0;
+    ns.call[idx].fn = dummy;
+    ns.v[idx].pos = 0; /* in use: placed */
     return idx;
 }
 
@@ -49,10 +49,10 @@ Test(nodes, giving_back_kills_the_id_and_the_next_take_reuses_the_node)
 Test(nodes, generation_skips_zero_when_it_wraps)
 {
     uint32_t idx = take();
-    ns.v[idx].h.owner = UINT32_MAX;
+    ns.v[idx].owner = UINT32_MAX;
     chime__nodes_give(&ns, idx);
     take();
-    cr_assert(eq(u32, ns.v[idx].h.owner, 1));
+    cr_assert(eq(u32, ns.v[idx].owner, 1));
     cr_assert(ne(u64, chime__nodes_id(&ns, idx), 0));
 }
 

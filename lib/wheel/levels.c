@@ -211,23 +211,28 @@ static void moved_in_slot(struct chime__levels *L, uint32_t idx, uint32_t pos)
     h->pos = (h->pos & ~CHIME__POS_INDEX) | pos;
 }
 
-/* Drop an array's tombstones, keeping the order of the rest; each moved entry's node is told. */
+/*
+ * Drop an array's tombstones, keeping the order of the rest; each moved entry's node is told. Two
+ * passes without a branch on the entries: tombstones fall where the cancels fell, at random, and a
+ * branch on each would be mispredicted about every other entry.
+ */
 static void compact(struct chime__levels *L, struct chime__slot *arr)
 {
-    uint32_t keep = 0, mark = L->due_mark;
-    for (uint32_t i = 0; i < arr->len; i++) {
+    uint32_t first = 0; /* entries before the first tombstone stay where they are */
+    while (first < arr->len && arr->v[first] != CHIME__DEAD)
+        first++;
+    uint32_t keep = first, mark = L->due_mark;
+    bool marked = arr == &L->due && L->due_marked;
+    for (uint32_t i = first; i < arr->len; i++) {
         uint32_t idx = arr->v[i];
-        if (i == L->due_mark && arr == &L->due && L->due_marked)
+        if (marked && i == L->due_mark)
             mark = keep; /* due_mark counts the entries before it: the same ones, moved down */
-        if (idx == CHIME__DEAD)
-            continue;
-        if (i != keep) {
-            arr->v[keep] = idx;
-            moved_in_slot(L, idx, keep);
-        }
-        keep++;
+        arr->v[keep] = idx;
+        keep += idx != CHIME__DEAD;
     }
-    if (arr == &L->due && L->due_marked)
+    for (uint32_t j = first; j < keep; j++)
+        moved_in_slot(L, arr->v[j], j);
+    if (marked)
         L->due_mark = L->due_mark >= arr->len ? keep : mark;
     arr->len = keep;
     arr->dead = 0;
@@ -336,9 +341,16 @@ static int cascade(struct chime__levels *L, unsigned i, uint32_t s, uint64_t e)
         bases[k] = L->lv[k].base;
         set_base(L, k, e); /* e is a multiple of span(i), so of every lower rotation */
     }
+    /* Cascading into level 0 is the last move before a timer fires (within one rotation of level 0):
+     * fetch the owner's cold data now, so that firing finds it in cache. */
+    bool warm_cold = i == 1 && L->cold;
     for (uint32_t j = 0; j < src.len; j++) {
-        if (j + PREFETCH_AHEAD < src.len && src.v[j + PREFETCH_AHEAD] != CHIME__DEAD)
-            __builtin_prefetch(chime__levels_hdr(L, src.v[j + PREFETCH_AHEAD]), 1);
+        if (j + PREFETCH_AHEAD < src.len && src.v[j + PREFETCH_AHEAD] != CHIME__DEAD) {
+            uint32_t ahead = src.v[j + PREFETCH_AHEAD];
+            __builtin_prefetch(chime__levels_hdr(L, ahead), 1);
+            if (warm_cold)
+                __builtin_prefetch(L->cold + (size_t)ahead * L->stride, 0);
+        }
         uint32_t idx = src.v[j];
         if (idx == CHIME__DEAD)
             continue;
@@ -374,8 +386,12 @@ static size_t fire_from_cursor(struct chime__levels *L, size_t limit, bool *stop
         uint32_t i = L->cursor;
         if (i >= end)
             return fired;
-        if (i + PREFETCH_AHEAD < end && arr->v[i + PREFETCH_AHEAD] != CHIME__DEAD)
-            __builtin_prefetch(chime__levels_hdr(L, arr->v[i + PREFETCH_AHEAD]), 1);
+        if (i + PREFETCH_AHEAD < end && arr->v[i + PREFETCH_AHEAD] != CHIME__DEAD) {
+            uint32_t ahead = arr->v[i + PREFETCH_AHEAD];
+            __builtin_prefetch(chime__levels_hdr(L, ahead), 1);
+            if (L->cold)
+                __builtin_prefetch(L->cold + (size_t)ahead * L->stride, 0);
+        }
         uint32_t idx = arr->v[i];
         if (idx == CHIME__DEAD) {
             L->cursor = i + 1;

@@ -69,6 +69,8 @@ enum chime__firing { CHIME__FIRING_NONE, CHIME__FIRING_DUE, CHIME__FIRING_SLOT }
 struct chime__levels {
     char *nodes;           /* node i's header is at nodes + i * stride; the owner updates it */
     size_t stride;
+    char *cold;            /* the owner's other data for node i, at cold + i * stride (or NULL):
+                              fetched ahead with the header when the node is about to fire */
     uint64_t now;
     uint64_t advance_to;   /* the target of the advance running */
     uint32_t occupied;     /* bit i set iff level i holds a live entry (I3) */

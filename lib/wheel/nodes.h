@@ -1,15 +1,21 @@
 /*
  * The wheel's timer nodes and the ids that name them.
  *
- * A node is 32 bytes, two to a cache line and never straddling one: the levels' header (deadline and
- * position, levels.h), the id's generation, the callback and its argument. Nodes live in one array
- * mapped straight from the kernel and grown by remapping (chime__remap moves page tables, not bytes),
- * so node i is at v + i: a lookup is one multiply-add with no chunk table in between, and a cancel's
- * only dependent load is the node itself. Pages are touched in index order as the array fills, so
- * resident memory follows the nodes handed out, not the mapping's size.
+ * A node is 32 bytes in two halves kept in parallel arrays. The hot half (16 bytes: the levels'
+ * header, deadline, position and the id's generation) is all a cancel, a reschedule or a cascade
+ * reads; the cold half (the callback and its argument) is written when the timer is scheduled and
+ * read when it fires. At 10^6 timers a cancel then works in 16 MB of nodes instead of 32: with a
+ * caller's 8 MB of ids beside them, the cancel's working set fits a 32 MB last-level cache, and its
+ * dependent loads hit there instead of going to memory.
+ *
+ * The arrays are mapped straight from the kernel and grown by remapping (chime__remap moves page
+ * tables, not bytes), so node i is at hot + i: a lookup is one shift-add with no chunk table in
+ * between, and a cancel's only dependent load is the node itself. Pages are touched in index order
+ * as the arrays fill, so resident memory follows the nodes handed out, not the mappings' size; from
+ * 4 MiB on they ask for transparent huge pages, so a random node is not also a TLB miss.
  *
  * Free nodes form a LIFO list (a cancel followed by a schedule reuses a node still in cache); nodes
- * never used yet are handed out from `top` upwards. A periodic timer's period lives in a second,
+ * never used yet are handed out from `top` upwards. A periodic timer's period lives in a third,
  * parallel mapping that is touched only where periodic timers are: one-shot timers carry none.
  *
  * An id is (generation << 32) | index. A node's generation is bumped every time the node is freed
@@ -34,46 +40,51 @@
 #define CHIME__NIL UINT32_MAX /* ends the free list */
 #define CHIME__POS_FREE CHIME__POS_INDEX /* a free node's pos: no entry has this index */
 
-struct chime__node {
-    struct chime__hdr h; /* deadline (free: the next free index), pos, owner: the generation */
-    chime_fn *fn;        /* NULL iff the node is free */
+/* The cold half of a node. */
+struct chime__call {
+    chime_fn *fn;
     void *arg;
 };
-/* The footprint docs/design.md promises: a pending timer costs one node plus its entry. */
-_Static_assert(sizeof(struct chime__node) == 32, "a timer node is 32 bytes");
+/* The footprint docs/design.md promises: a pending timer costs one node (two 16-byte halves) plus
+ * its entry. */
+_Static_assert(sizeof(struct chime__hdr) == 16 && sizeof(struct chime__call) == 16,
+               "a timer node is 16 hot bytes and 16 cold ones");
 
 struct chime__nodes {
-    struct chime__node *v;  /* cap nodes mapped */
-    uint64_t *period;       /* period_cap periods mapped; NULL until a periodic timer is scheduled */
-    size_t cap, period_cap;
-    uint32_t top;           /* nodes [0, top) have been handed out since the last reset */
-    uint32_t free_head;     /* first free node below top, or CHIME__NIL */
-    uint32_t used;          /* nodes handed out and not given back */
-    uint32_t gen_floor;     /* the generation a node gets the first time it is handed out */
-    uint32_t gen_max;       /* the highest generation any node has had */
+    struct chime__hdr *v;     /* hot halves: deadline (free: the next free index), pos (free:
+                                 CHIME__POS_FREE), owner: the generation */
+    struct chime__call *call; /* cold halves, in parallel */
+    uint64_t *period;         /* period_cap periods; NULL until a periodic timer is scheduled */
+    size_t cap, call_cap, period_cap; /* mapped, in nodes (v, call) and periods */
+    uint32_t top;             /* nodes [0, top) have been handed out since the last reset */
+    uint32_t free_head;       /* first free node below top, or CHIME__NIL */
+    uint32_t used;            /* nodes handed out and not given back */
+    uint32_t gen_floor;       /* the generation a node gets the first time it is handed out */
+    uint32_t gen_max;         /* the highest generation any node has had */
 };
 
 void chime__nodes_init(struct chime__nodes *ns);
 void chime__nodes_destroy(struct chime__nodes *ns);
-/* Map room for more nodes (double). Return: 0, or -ENOMEM (CHIME__MAX_NODES, or no memory). */
+/* Map room for more nodes (double both halves). Return: 0, or -ENOMEM (CHIME__MAX_NODES, or no
+ * memory; a half that grew stays grown). */
 int chime__nodes_grow(struct chime__nodes *ns);
 /* Map room for a period at idx. Return: 0, or -ENOMEM. */
 int chime__nodes_grow_periods(struct chime__nodes *ns, uint32_t idx);
 
-/* Take a node (free: fn NULL). Return: 0, or -ENOMEM. May move the array (growth). */
+/* Take a node (its pos says free until it is placed). Return: 0, or -ENOMEM. May move the arrays. */
 static inline int chime__nodes_take(struct chime__nodes *ns, uint32_t *idx)
 {
     if (ns->free_head != CHIME__NIL) {
         *idx = ns->free_head;
-        ns->free_head = (uint32_t)ns->v[*idx].h.deadline;
+        ns->free_head = (uint32_t)ns->v[*idx].deadline;
     } else {
-        if (ns->top == ns->cap) {
+        if (ns->top == ns->cap || ns->top == ns->call_cap) {
             int err = chime__nodes_grow(ns);
             if (err)
                 return err;
         }
         *idx = ns->top++;
-        ns->v[*idx].h.owner = ns->gen_floor; /* a fresh page reads 0: no generation yet */
+        ns->v[*idx].owner = ns->gen_floor; /* a fresh page reads 0: no generation yet */
     }
     ns->used++;
     return 0;
@@ -82,31 +93,30 @@ static inline int chime__nodes_take(struct chime__nodes *ns, uint32_t *idx)
 /* Give a node back; every id naming it dies. */
 static inline void chime__nodes_give(struct chime__nodes *ns, uint32_t idx)
 {
-    struct chime__node *n = &ns->v[idx];
-    uint32_t gen = n->h.owner + 1 ? n->h.owner + 1 : 1; /* 0 is skipped: no id is ever 0 */
-    n->h.owner = gen;
-    if (gen > ns->gen_max)
-        ns->gen_max = gen;
-    n->h.pos = CHIME__POS_FREE;
-    n->h.deadline = ns->free_head;
-    n->fn = NULL;
+    struct chime__hdr *h = &ns->v[idx];
+    uint32_t gen = h->owner + 1 ? h->owner + 1 : 1; /* 0 is skipped: no id is ever 0 */
+    h->owner = gen;
+    ns->gen_max = gen > ns->gen_max ? gen : ns->gen_max;
+    h->pos = CHIME__POS_FREE;
+    h->deadline = ns->free_head;
     ns->free_head = idx;
     ns->used--;
 }
 
 static inline chime_id chime__nodes_id(const struct chime__nodes *ns, uint32_t idx)
 {
-    return (uint64_t)ns->v[idx].h.owner << 32 | idx;
+    return (uint64_t)ns->v[idx].owner << 32 | idx;
 }
 
-/* The index of the live node id names, or CHIME__NIL for a dead, stale or forged id. O(1). */
+/* The index of the live node id names, or CHIME__NIL for a dead, stale or forged id. O(1): one
+ * load of the node's hot half. */
 static inline uint32_t chime__nodes_find(const struct chime__nodes *ns, chime_id id)
 {
     uint32_t idx = (uint32_t)id;
     if (idx >= ns->top)
         return CHIME__NIL;
-    const struct chime__node *n = &ns->v[idx];
-    if (n->h.owner != (uint32_t)(id >> 32) || !n->fn)
+    const struct chime__hdr *h = &ns->v[idx];
+    if (h->owner != (uint32_t)(id >> 32) || h->pos == CHIME__POS_FREE)
         return CHIME__NIL;
     return idx;
 }

@@ -27,23 +27,25 @@ struct chime_wheel {
     struct chime__nodes nodes;
 };
 
-/* The levels read nodes through L.nodes: after anything that may have moved the array. */
+/* The levels read nodes through L.nodes (and prefetch the cold halves they fire through L.cold):
+ * after anything that may have moved the arrays. */
 static inline void sync_nodes(chime_wheel *w)
 {
     w->L.nodes = (char *)w->nodes.v;
+    w->L.cold = (char *)w->nodes.call;
 }
 
 /*
  * Move a periodic timer that just came due to its first boundary after the running advance's
  * target, deadline + k * period with k >= 1. Return false if that boundary would pass UINT64_MAX.
  */
-static bool next_boundary(const chime_wheel *w, struct chime__node *n, uint64_t period)
+static bool next_boundary(const chime_wheel *w, struct chime__hdr *h, uint64_t period)
 {
     /* periods passed: k - 1. Compared before adding 1, which would wrap when it is UINT64_MAX. */
-    uint64_t passed = (w->L.advance_to - n->h.deadline) / period; /* deadline <= now <= advance_to */
-    if (passed >= (UINT64_MAX - n->h.deadline) / period)
+    uint64_t passed = (w->L.advance_to - h->deadline) / period; /* deadline <= now <= advance_to */
+    if (passed >= (UINT64_MAX - h->deadline) / period)
         return false;
-    n->h.deadline += (passed + 1) * period;
+    h->deadline += (passed + 1) * period;
     return true;
 }
 
@@ -51,14 +53,14 @@ static bool next_boundary(const chime_wheel *w, struct chime__node *n, uint64_t 
 static int fire(void *ctx, uint32_t idx)
 {
     chime_wheel *w = ctx;
-    struct chime__node *n = &w->nodes.v[idx];
-    chime_fn *fn = n->fn;
-    void *arg = n->arg;
-    if (n->h.pos & PERIODIC) {
-        uint64_t deadline = n->h.deadline;
-        if (next_boundary(w, n, w->nodes.period[idx])) {
+    struct chime__hdr *h = &w->nodes.v[idx];
+    chime_fn *fn = w->nodes.call[idx].fn;
+    void *arg = w->nodes.call[idx].arg;
+    if (h->pos & PERIODIC) {
+        uint64_t deadline = h->deadline;
+        if (next_boundary(w, h, w->nodes.period[idx])) {
             if (chime__levels_place(&w->L, idx) != 0) { /* after advance_to >= now: a slot */
-                n->h.deadline = deadline;
+                h->deadline = deadline;
                 return -ENOMEM; /* nothing done: the levels stop before this timer */
             }
             fn(arg); /* may schedule, cancel or reschedule anything, this timer included */
@@ -95,7 +97,7 @@ int chime_wheel_new(chime_wheel **out, const struct chime_wheel_config *cfg)
         return -ENOMEM;
     }
     chime__nodes_init(&w->nodes);
-    w->L.stride = sizeof(struct chime__node);
+    w->L.stride = sizeof(struct chime__hdr);
     sync_nodes(w);
     *out = w;
     return 0;
@@ -107,8 +109,8 @@ void chime_wheel_free(chime_wheel *w, chime_fn *on_unfired)
         return;
     if (on_unfired) {
         for (uint32_t i = 0; i < w->nodes.top; i++)
-            if (w->nodes.v[i].fn)
-                on_unfired(w->nodes.v[i].arg);
+            if (w->nodes.v[i].pos != CHIME__POS_FREE)
+                on_unfired(w->nodes.call[i].arg);
     }
     chime__levels_destroy(&w->L);
     chime__nodes_destroy(&w->nodes);
@@ -125,19 +127,18 @@ static int schedule(chime_wheel *w, uint64_t deadline, uint64_t period, chime_fn
     if (err)
         return err;
     sync_nodes(w);
-    struct chime__node *n = &w->nodes.v[idx];
-    n->h.deadline = deadline;
-    n->h.pos = 0;
+    struct chime__hdr *h = &w->nodes.v[idx];
+    h->deadline = deadline;
+    h->pos = 0;
     if (period) {
         if ((err = chime__nodes_grow_periods(&w->nodes, idx)) != 0)
             goto fail;
         w->nodes.period[idx] = period;
-        n->h.pos = PERIODIC;
+        h->pos = PERIODIC;
     }
     if ((err = chime__levels_place(&w->L, idx)) != 0)
         goto fail;
-    n->fn = fn;
-    n->arg = arg;
+    w->nodes.call[idx] = (struct chime__call){ fn, arg };
     chime__levels_add(&w->L);
     if (id)
         *id = chime__nodes_id(&w->nodes, idx);
@@ -222,7 +223,7 @@ bool chime__wheel_is_pending(const chime_wheel *w, chime_id id)
 size_t chime__wheel_trim(chime_wheel *w)
 {
     size_t freed = chime__levels_trim(&w->L);
-    size_t mapped = w->nodes.top * sizeof(struct chime__node);
+    size_t mapped = w->nodes.top * (sizeof(struct chime__hdr) + sizeof(struct chime__call));
     return freed + (chime__nodes_reset(&w->nodes) ? mapped : 0);
 }
 
