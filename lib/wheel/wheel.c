@@ -166,10 +166,14 @@ int chime_wheel_cancel(chime_wheel *w, chime_id id)
 {
     if (!w)
         return -EINVAL;
+    /* The node freed here is the next one schedule hands out (LIFO), and schedule writes its cold
+     * half, which nothing here reads: fetch it for writing now, alongside the hot half's miss, instead
+     * of after it. (A stale or forged id's index may lie past the mapping: prefetch never faults.) */
+    __builtin_prefetch(&w->nodes.call[(uint32_t)id], 1);
     uint32_t idx = chime__nodes_find(&w->nodes, id);
     if (idx == CHIME__NIL)
         return -ENOENT;
-    chime__levels_remove(&w->L, idx);
+    chime__levels_remove_at(&w->L, w->nodes.v[idx].deadline, w->nodes.v[idx].pos);
     chime__levels_sub(&w->L);
     chime__nodes_give(&w->nodes, idx);
     return 0;
