@@ -15,10 +15,12 @@
 // own check (timers fired, cancelled, pending) failed, 2 on bad arguments; never because of a timing.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <string>
 #include <vector>
@@ -34,7 +36,7 @@ Options g_opt;
 
 namespace {
 
-int g_registered, g_failures;
+int g_failures;
 std::map<std::string, Figure> g_figures;
 
 std::string cpu_model() {
@@ -74,20 +76,43 @@ const char *mode_name() {
   return "headline";
 }
 
-benchmark::internal::Benchmark *add(const std::string &name, const std::vector<std::string> &arg_names,
-                                    const std::vector<int64_t> &args, void (*fn)(benchmark::State &)) {
+namespace {
+
+struct Queued {
+  std::string name;
+  std::vector<std::string> arg_names;
+  std::vector<int64_t> args;
+  void (*fn)(benchmark::State &);
+  unsigned setup;
+};
+std::vector<Queued> g_queue;
+
+}  // namespace
+
+void add(const std::string &name, const std::vector<std::string> &arg_names, const std::vector<int64_t> &args,
+         void (*fn)(benchmark::State &), unsigned setup) {
   std::string instance = name;
   for (size_t i = 0; i < args.size(); i++)
     instance += "/" + (i < arg_names.size() ? arg_names[i] + ":" : std::string()) + std::to_string(args[i]);
-  if (!g_opt.filter.empty() && !std::regex_search(instance, std::regex(g_opt.filter))) return nullptr;
-  auto *b = benchmark::RegisterBenchmark(name.c_str(), fn);
-  if (!arg_names.empty()) b->ArgNames(arg_names);
-  b->Args(args);
-  g_registered++;
-  return b;
+  if (!g_opt.filter.empty() && !std::regex_search(instance, std::regex(g_opt.filter))) return;
+  g_queue.push_back({name, arg_names, args, fn, setup});
 }
 
-int registered() { return g_registered; }
+int queue_all() {
+  std::vector<const Queued *> order;
+  for (int r = 0; r < g_opt.repetitions; r++)
+    for (const Queued &q : g_queue) order.push_back(&q);
+  if (g_opt.mode == Mode::full) std::shuffle(order.begin(), order.end(), std::mt19937(20261122));
+  for (const Queued *q : order) {
+    auto *b = benchmark::RegisterBenchmark(q->name.c_str(), q->fn);
+    if (!q->arg_names.empty()) b->ArgNames(q->arg_names);
+    b->Args(q->args);
+    if (q->setup & kManualTime) b->UseManualTime();
+    if (q->setup & kOnce) b->Iterations(1);
+    if (q->setup & kMillis) b->Unit(benchmark::kMillisecond);
+  }
+  return int(order.size());
+}
 
 std::string count_name(int64_t n) {
   int e = 0;
@@ -137,11 +162,10 @@ int main(int argc, char **argv) {
       g_opt.aged = true;
     } else if (!std::strncmp(a, "--benchmark_filter=", 19)) {
       g_opt.filter = a + 19;
+    } else if (!std::strncmp(a, "--benchmark_repetitions=", 24)) {
+      g_opt.repetitions = std::atoi(a + 24);
+      reps_given = true;
     } else {
-      if (!std::strncmp(a, "--benchmark_repetitions=", 24)) {
-        g_opt.repetitions = std::atoi(a + 24);
-        reps_given = true;
-      }
       user.push_back(argv[i]);
     }
   }
@@ -151,6 +175,10 @@ int main(int argc, char **argv) {
   }
   g_opt.mode = quick ? perf::Mode::quick : full ? perf::Mode::full : perf::Mode::headline;
   if (!reps_given) g_opt.repetitions = full ? 3 : 1;
+  if (g_opt.repetitions < 1) {
+    std::fprintf(stderr, "chime-perf: --benchmark_repetitions must be at least 1\n");
+    return 2;
+  }
   try {
     if (!g_opt.filter.empty()) (void)std::regex(g_opt.filter);
   } catch (const std::regex_error &) {
@@ -159,13 +187,10 @@ int main(int argc, char **argv) {
   }
 
   // The mode's settings go first, so that the same flags given on the command line override them.
-  // A full run interleaves the repetitions at random, so that a burst of load on a shared machine
-  // spreads over every structure instead of falling on one.
+  // Repetitions are the harness's own (see queue_all), not google-benchmark's.
   static char quick_time[] = "--benchmark_min_time=0.02", headline_time[] = "--benchmark_min_time=0.1",
-              full_time[] = "--benchmark_min_time=0.2", interleave[] = "--benchmark_enable_random_interleaving=true";
-  static std::string reps = "--benchmark_repetitions=" + std::to_string(g_opt.repetitions);
-  std::vector<char *> args{argv[0], quick ? quick_time : full ? full_time : headline_time, reps.data()};
-  if (full) args.push_back(interleave);
+              full_time[] = "--benchmark_min_time=0.2";
+  std::vector<char *> args{argv[0], quick ? quick_time : full ? full_time : headline_time};
   args.insert(args.end(), user.begin(), user.end());
   int nargs = int(args.size());
   args.push_back(nullptr);
@@ -179,7 +204,7 @@ int main(int argc, char **argv) {
   if (std::strcmp(CHIME_PERF_BUILDTYPE, "release"))
     std::fprintf(stderr, "chime-perf: warning: chime was built as '%s', not 'release'\n", CHIME_PERF_BUILDTYPE);
 
-  perf::Reporter rep(perf::registered() * g_opt.repetitions);
+  perf::Reporter rep(perf::queue_all());
   benchmark::RunSpecifiedBenchmarks(&rep);
   perf::print_summary(rep);
   benchmark::Shutdown();

@@ -29,13 +29,19 @@ extern Options g_opt;
 
 const char *mode_name();
 
-// Register fn under name with the given arguments (argument names may be empty, as for N) if the
-// filter selects the instance "name/arg/..." (google-benchmark's own naming), and count it for the
-// progress line. Return: the benchmark to configure, or nullptr when filtered out.
-benchmark::internal::Benchmark *add(const std::string &name, const std::vector<std::string> &arg_names,
-                                    const std::vector<int64_t> &args, void (*fn)(benchmark::State &));
-// The measurements registered so far, each run `repetitions` times.
-int registered();
+// How a measurement runs: timed by the workload itself (UseManualTime), one iteration (a workload
+// that times a whole scenario), reported in milliseconds.
+enum Setup : unsigned { kManualTime = 1, kOnce = 2, kMillis = 4 };
+
+// Queue fn as the measurement "name/arg/..." (google-benchmark's naming; an empty argument name
+// gives "name/value") if the run's filter selects it. queue_all() registers every queued one
+// `repetitions` times: each repetition is its own benchmark, reported (and counted by the progress
+// line) as soon as it ends; a full run registers them in a random but fixed order, so that a burst
+// of load on a shared machine spreads over every structure instead of falling on one. The summary and
+// plot.sh take the median of the repetitions. Return of queue_all: the measurements registered.
+void add(const std::string &name, const std::vector<std::string> &arg_names, const std::vector<int64_t> &args,
+         void (*fn)(benchmark::State &), unsigned setup = 0);
+int queue_all();
 // n as people write it: "10^6" for a power of ten from 1000 up, digits otherwise.
 std::string count_name(int64_t n);
 

@@ -102,7 +102,7 @@ template <class S>
 void register_memory(const std::vector<int64_t> &grid) {
   for (int64_t n : grid) {
     if (std::string(S::kName) == "list" && n > kListMax) continue;
-    if (auto *b = add(std::string("BM_memory<") + S::kName + ">", {}, {n}, BM_memory<S>)) b->Iterations(1);
+    add(std::string("BM_memory<") + S::kName + ">", {}, {n}, BM_memory<S>, kOnce);
   }
 }
 

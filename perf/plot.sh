@@ -22,10 +22,13 @@ mkdir -p "$out"
 footer=$(jq -r '.context | "machine: \(.cpu_model // "unknown CPU") (\(.num_cpus) CPUs) | commit \(.commit // "unknown")"
   + " | \(.utc_date // .date) | \(.mode // "?") run"' "$json")
 
-# One result per benchmark: its median across repetitions, or its one iteration; failed runs dropped.
-results='[.benchmarks[] | select(.error_occurred != true)] | group_by(.run_name)
-  | map((map(select(.run_type == "aggregate" and .aggregate_name == "median")) | first)
-        // (map(select(.run_type == "iteration")) | first))'
+# One result per measurement: each repetition is its own entry with the same run_name (chime-perf
+# repeats by registering again), so every numeric field becomes its median across them; failed
+# runs are dropped.
+results='def median: sort | .[(length - 1) / 2 | floor];
+  [.benchmarks[] | select(.error_occurred != true and .run_type == "iteration")] | group_by(.run_name)
+  | map(. as $runs | reduce ($runs[0] | keys_unsorted[]) as $k ($runs[0];
+      if (.[$k] | type) == "number" then .[$k] = ([$runs[][$k]] | median) else . end))'
 
 # Single-threaded results, one line each: workload structure N value (ns per item, or bytes).
 table=$(jq -r "$results"' | .[]

@@ -7,7 +7,7 @@
 #              runtime's headline figures, one repetition each (about 30 s here, after the build)
 #   --quick    the smoke run CI uses: N = 10^3 and 10^4, short repetitions (about 10 s)
 #   --full     every workload at N = 10^3 to 10^6, plus the heap of the other arity and the heap with
-#              generation-checked ids, the median of 3 repetitions (about 20 minutes here)
+#              generation-checked ids, the median of 3 repetitions (about 10 minutes here)
 #   --out DIR  where results go (default perf-results/): console.txt, summary.txt, perf.json, and a
 #              .dat and an .svg per chart. The previous run's files there are removed first, so a
 #              run never leaves new results beside stale ones.

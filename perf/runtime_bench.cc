@@ -401,19 +401,17 @@ int runtime_memory_child(size_t n) {
 }
 
 void register_runtime_benchmarks() {
-  auto once = [](benchmark::internal::Benchmark *b) {
-    if (b) b->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
-  };
+  constexpr unsigned kScenario = kOnce | kManualTime | kMillis;
   for (int64_t at : {0, 1})
-    for (int64_t p : {1, 2}) once(add("BM_runtime_schedule", {"producers", "at"}, {p, at}, BM_runtime_schedule));
-  once(add("BM_runtime_churn", {"pending"}, {quick() ? 10000 : 1000000}, BM_runtime_churn));
-  once(add("BM_runtime_burst", {"tick_us", "pending"}, {1000, 0}, BM_runtime_burst));
-  once(add("BM_runtime_burst", {"tick_us", "pending"}, {100, 0}, BM_runtime_burst));
-  if (full()) once(add("BM_runtime_burst", {"tick_us", "pending"}, {1000, 1000000}, BM_runtime_burst));
-  once(add("BM_runtime_idle", {"pending"}, {quick() ? 100000 : 1000000}, BM_runtime_idle));
-  once(add("BM_runtime_memory", {"timers"}, {full() ? 10000000 : 1000000}, BM_runtime_memory));
+    for (int64_t p : {1, 2}) add("BM_runtime_schedule", {"producers", "at"}, {p, at}, BM_runtime_schedule, kScenario);
+  add("BM_runtime_churn", {"pending"}, {quick() ? 10000 : 1000000}, BM_runtime_churn, kScenario);
+  add("BM_runtime_burst", {"tick_us", "pending"}, {1000, 0}, BM_runtime_burst, kScenario);
+  add("BM_runtime_burst", {"tick_us", "pending"}, {100, 0}, BM_runtime_burst, kScenario);
+  if (full()) add("BM_runtime_burst", {"tick_us", "pending"}, {1000, 1000000}, BM_runtime_burst, kScenario);
+  add("BM_runtime_idle", {"pending"}, {quick() ? 100000 : 1000000}, BM_runtime_idle, kScenario);
+  add("BM_runtime_memory", {"timers"}, {full() ? 10000000 : 1000000}, BM_runtime_memory, kScenario);
   for (int64_t n : quick() ? std::vector<int64_t>{100000} : full() ? std::vector<int64_t>{1000000, 10000000} : std::vector<int64_t>{1000000})
-    if (auto *b = add("BM_runtime_bytes", {"pending"}, {n}, BM_runtime_bytes)) b->Iterations(1);
+    add("BM_runtime_bytes", {"pending"}, {n}, BM_runtime_bytes, kOnce);
 }
 
 }  // namespace perf

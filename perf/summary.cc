@@ -16,7 +16,8 @@ namespace perf {
 
 bool Reporter::ReportContext(const Context &) {
   std::printf("chime-perf: %s run, %d measurement%s", mode_name(), total_, total_ == 1 ? "" : "s");
-  if (g_opt.repetitions > 1) std::printf(" (%d repetitions each, interleaved at random)", g_opt.repetitions);
+  if (g_opt.repetitions > 1)
+    std::printf(" (%d repetitions of each%s)", g_opt.repetitions, g_opt.mode == Mode::full ? ", in a random order" : "");
   std::printf("; the summary follows them\n");
   std::fflush(stdout);
   return true;
@@ -54,26 +55,21 @@ void Reporter::progress(const Run &r) {
   std::fflush(stdout);
 }
 
-// Keeps each single-threaded result: ns per item, or bytes per timer for memory; the median across
-// repetitions when repeated. (The runtime's figures are noted by its workloads themselves.)
+// Keeps each single-threaded result: ns per item, or bytes per timer for memory, one per repetition.
+// (The runtime's figures are noted by its workloads themselves.)
 void Reporter::take(const Run &r) {
-  if (r.error_occurred) return;
-  bool repeated = r.repetitions > 1;
-  if (repeated ? !(r.run_type == Run::RT_Aggregate && r.aggregate_name == "median") : r.run_type != Run::RT_Iteration)
-    return;
+  if (r.error_occurred || r.run_type != Run::RT_Iteration) return;
   // function_name is "BM_<workload><<structure>>", args is "<N>".
   const std::string &f = r.run_name.function_name;
   size_t lt = f.find('<'), gt = f.find('>');
   if (f.rfind("BM_", 0) != 0 || lt == std::string::npos || gt == std::string::npos) return;
   std::string w = f.substr(3, lt - 3), s = f.substr(lt + 1, gt - lt - 1);
   int64_t n = std::atoll(r.run_name.args.c_str());
-  double v = -1;
   if (auto c = r.counters.find("bytes_per_timer"); c != r.counters.end()) {
-    v = c->second.value;
+    value[w][n][s].push_back(c->second.value);
   } else if (auto c = r.counters.find("items_per_second"); c != r.counters.end() && c->second.value > 0) {
-    v = 1e9 / c->second.value;  // a rate by now: items / second
+    value[w][n][s].push_back(1e9 / c->second.value);  // a rate by now: items / second
   }
-  if (v >= 0) value[w][n][s] = v;
 }
 
 double Reporter::get(const std::string &w, int64_t n, const std::string &s) const {
@@ -82,7 +78,7 @@ double Reporter::get(const std::string &w, int64_t n, const std::string &s) cons
   auto b = a->second.find(n);
   if (b == a->second.end()) return -1;
   auto c = b->second.find(s);
-  return c == b->second.end() ? -1 : c->second;
+  return c == b->second.end() ? -1 : median(c->second);
 }
 
 namespace {

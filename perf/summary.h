@@ -15,16 +15,16 @@ namespace perf {
 
 // Prints "[n/m] name: value" as each measurement ends (n of the m registered ones, repetitions
 // included) and keeps the single-threaded results for the summary. google-benchmark's JSON output
-// (--benchmark_out) is written alongside by the library, with every counter.
+// (--benchmark_out) is written alongside by the library, with every counter, one entry per repetition.
 class Reporter : public benchmark::BenchmarkReporter {
  public:
   explicit Reporter(int total) : total_(total) {}
   bool ReportContext(const Context &context) override;
   void ReportRuns(const std::vector<Run> &runs) override;
 
-  // value[workload][N][structure]: ns per item, or bytes per timer for memory.
-  std::map<std::string, std::map<int64_t, std::map<std::string, double>>> value;
-  double get(const std::string &w, int64_t n, const std::string &s) const;  // -1 if absent
+  // value[workload][N][structure]: ns per item, or bytes per timer for memory, one per repetition.
+  std::map<std::string, std::map<int64_t, std::map<std::string, std::vector<double>>>> value;
+  double get(const std::string &w, int64_t n, const std::string &s) const;  // the median; -1 if absent
 
  private:
   void progress(const Run &r);

@@ -222,8 +222,7 @@ void register_structure(const Workload &w, Fn fn, const std::vector<int64_t> &gr
   std::string name = std::string("BM_") + w.name + "<" + S::kName + ">";
   for (int64_t n : w.over_n ? grid : std::vector<int64_t>{1}) {
     if (std::string(S::kName) == "list" && n > kListMax) continue;
-    auto *b = add(name, {}, {n}, fn);
-    if (b && w.manual_time) b->UseManualTime();
+    add(name, {}, {n}, fn, w.manual_time ? unsigned(kManualTime) : 0u);
   }
 }
 
