@@ -15,7 +15,9 @@
  *     4 billion schedules.
  *   - The root is removed with Floyd's bottom-up sift: the hole walks down to a leaf along the
  *     smallest children, then the last entry sifts up from there (it usually belongs near the
- *     bottom), which saves a comparison per level.
+ *     bottom), which saves a comparison per level. The smallest child is picked with conditional
+ *     moves, not branches, and in a heap too large for the L2 cache each step down prefetches the
+ *     children of all D candidates, so the next level's miss overlaps this level's comparisons.
  *   - The arity D is 2 or 4, chosen per heap (perf_iheap_new); each has its own inlined loops, so the
  *     choice costs one predictable branch per call. PERF_IHEAP_ARITY is the one the harness calls
  *     "the heap": the faster of the two on this project's machine (docs/perf.md has the run).
