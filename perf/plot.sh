@@ -107,7 +107,9 @@ plot $plot"
     if [ "$w" = memory ]; then scale="set logscale x; set yrange [0:*]"; else scale="set logscale xy; set format y '%g'"; fi
     i=2; plot=""
     for s in $structures; do
-      plot="$plot${plot:+, }'$dat' using 1:$i with linespoints lw 2 pt 7 ps 1 lc rgb '$(colour "$s")' title '$s'"
+      # The other arity's heap dashed: in memory it lies exactly on the heap's line.
+      case $s in heap_2ary|heap_4ary) dash="dt 2" ;; *) dash="" ;; esac
+      plot="$plot${plot:+, }'$dat' using 1:$i with linespoints lw 2 $dash pt 7 ps 1 lc rgb '$(colour "$s")' title '$s'"
       i=$((i + 1))
     done
     # The legend sits outside the plot, below it, so it can never cover a data point.
