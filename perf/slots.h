@@ -1,5 +1,6 @@
 /*
- * The handle table both baselines share: one slot per timer holding what it runs and its generation,
+ * The handle table of the id-based baselines (the list, the id-checked heap, and the id adapter of
+ * the intrusive heap): one slot per timer holding what it runs and its generation,
  * a LIFO free list threaded through the free slots, and generation-checked 64-bit handles.
  *
  * It mirrors lib/wheel/pool.h on purpose, so the baselines pay what the wheel pays for its ids: a handle is
