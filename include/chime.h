@@ -129,13 +129,20 @@ CHIME_API int chime_wheel_reschedule(chime_wheel *w, chime_id id, uint64_t deadl
 /*
  * Advance the wheel's time to now and run every timer due by then. Timers fire in nondecreasing
  * deadline order, ties in the order they were scheduled. While a callback runs, chime_wheel_now()
- * is that timer's deadline (or the wheel's time when it was scheduled, if that was later). A timer a
- * callback schedules for a tick not after the current one fires in the next advance; one due later
- * but by now fires in this advance. A now earlier than chime_wheel_now() fires nothing and changes
- * nothing (a clock that stepped back is not an error); so does a call from inside a callback.
+ * is the tick being fired: the timer's deadline, or, for a timer that was already due when it was
+ * scheduled (deadline at or before chime_wheel_now() then), the wheel's time when this advance
+ * began, since such timers fire first, before the wheel's time moves; it is never before the
+ * deadline and never after now. A timer a callback schedules for a tick not after the current one
+ * fires in the next advance; one due later but by now fires in this advance. A now earlier than
+ * chime_wheel_now() fires nothing and changes nothing (a clock that stepped back is not an error);
+ * so does a call from inside a callback.
+ * If memory runs out while timers move down a level (or a periodic timer is re-armed), the advance
+ * stops before that point with nothing lost, early or reordered: chime_wheel_next() then reports a
+ * time at or before now, and the next advance carries on.
  * Return: how many callbacks ran.
  * Complexity: O(levels + slots holding timers + timers fired + timers cascaded), independent of the
- * number of ticks skipped: each timer cascades at most once per level above the one it ends in.
+ * number of ticks skipped: each timer cascades at most once per level above the one it ends in,
+ * however far away its deadline (up to UINT64_MAX).
  * Thread safety: calls on w must not overlap. w must not be NULL.
  */
 CHIME_API size_t chime_wheel_advance(chime_wheel *w, uint64_t now);

@@ -261,15 +261,24 @@ static void run(const struct subject *s)
     uint64_t *dead = NULL;
     size_t ndead = 0, dead_cap = 0;
     uint64_t tags = 0, fired_total = 0, pending_sum = 0;
-    size_t max_pending = 32 + rng_below(&g, 480);
+    size_t max_pending = 0, phase_end = 0, phases = 0, seen_min = SIZE_MAX, seen_max = 0;
 
     for (size_t step = 0; step < nops; step++) {
         uint64_t now = ref.now;
+        if (step == phase_end) {
+            /* A new phase with its own population: a handful (levels mostly empty, the due array
+             * and the firing paths), tens, hundreds (long slot arrays, big cascades, compaction),
+             * about a thousand (every level and the hidden far levels occupied at once). */
+            static const size_t targets[] = { 4, 32, 256, 1024 };
+            max_pending = targets[rng_below(&g, sizeof(targets) / sizeof(targets[0]))];
+            phase_end = step + 8192 + rng_below(&g, 32768);
+            phases++;
+        }
         unsigned op = (unsigned)rng_below(&g, 100);
         if (ref.n > 2 * max_pending && op < 35)
             op = 35 + op % 15; /* far deadlines that no jump reaches: thin them out by cancelling */
-        else if (ref.n < max_pending / 2 && op >= 35 && op < 50)
-            op -= 35; /* too few to make long lists: schedule instead of cancelling */
+        else if (ref.n < max_pending / 2 && op >= 35)
+            op %= 35; /* too few: schedule instead of cancelling or advancing, until there are */
         if (op < 30 || (op < 35 && !s->backend)) { /* schedule; periodic for the wheel only */
             uint64_t deadline = pick_deadline(&g, now);
             uint64_t period = op >= 30 ? pick_period(&g) : 0;
@@ -342,11 +351,14 @@ static void run(const struct subject *s)
         EXPECT(d_pending(&d) == ref.n, "step %zu: pending %zu, reference %zu", step, d_pending(&d),
                   ref.n);
         pending_sum += ref.n;
+        seen_min = ref.n < seen_min ? ref.n : seen_min;
+        seen_max = ref.n > seen_max ? ref.n : seen_max;
         check_wheel(&d, step);
     }
 
-    fprintf(stderr, "%s: %zu operations, %" PRIu64 " timers fired, %.0f pending on average\n",
-            s->name, nops, fired_total, nops ? (double)pending_sum / (double)nops : 0.0);
+    fprintf(stderr, "%s: %zu operations in %zu phases (target populations 4, 32, 256, 1024), %" PRIu64
+            " timers fired, pending min %zu, mean %.0f, max %zu\n", s->name, nops, phases, fired_total,
+            seen_min, nops ? (double)pending_sum / (double)nops : 0.0, seen_max);
     if (s->backend) {
         s->backend->destroy(d.t);
     } else {

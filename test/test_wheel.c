@@ -181,6 +181,25 @@ Test(schedule, deadline_in_the_past_fires_on_the_next_advance_even_to_the_same_t
     cr_assert(eq(u64, fired_log[0].now, 5000));
 }
 
+/* The case the header once got wrong: a callback schedules a timer in the past; it fires first in
+ * the next advance, at the wheel's time when that advance begins (here 60, not the 50 of the
+ * callback that scheduled it, nor the 100 the advance goes to). */
+static void schedules_a_past_timer(void *arg)
+{
+    log_fire(arg);
+    cr_assert(eq(int, chime_wheel_schedule(w, 10, log_fire, TAG(2), NULL), 0));
+}
+
+Test(schedule, a_past_timer_from_a_callback_sees_the_time_its_advance_began)
+{
+    cr_assert(eq(int, chime_wheel_schedule(w, 50, schedules_a_past_timer, TAG(1), NULL), 0));
+    cr_assert(eq(sz, chime_wheel_advance(w, 60), 1));
+    cr_assert(eq(sz, chime_wheel_advance(w, 100), 1));
+    expect_fired((uintptr_t[]){ 1, 2 }, 2);
+    cr_assert(eq(u64, fired_log[0].now, 50), "scheduled ahead: its deadline");
+    cr_assert(eq(u64, fired_log[1].now, 60), "already due: the time the advance began");
+}
+
 Test(schedule, deadline_zero_and_uint64_max)
 {
     at(UINT64_MAX, 2);

@@ -5,7 +5,6 @@
 
 #include "chime.h"
 #include "log.h"
-#include "wheel/pool.h"
 #include "wheel/wheel.h"
 
 static chime_wheel *w;
@@ -153,43 +152,56 @@ static chime_id counted_at(uint64_t deadline)
     return id;
 }
 
-Test(trim, gives_back_chunks_once_their_timers_are_gone)
+Test(trim, gives_the_nodes_back_only_once_no_timer_is_pending)
 {
-    enum { N = 5 * CHIME__CHUNK_NODES };
+    enum { N = 5000 };
     static chime_id ids[N];
     for (size_t i = 0; i < N; i++)
         ids[i] = counted_at(1000 + i);
-    cr_assert(eq(sz, chime__wheel_trim(w, 0), 0), "every chunk is in use");
+    cr_assert(eq(sz, chime__wheel_capacity(w), N));
+    cr_assert(eq(sz, chime__wheel_trim(w), 0), "timers are pending");
     for (size_t i = 0; i < N; i++)
-        if (i % 2 == 0 || i >= CHIME__CHUNK_NODES)
-            cr_assert(eq(int, chime_wheel_cancel(w, ids[i]), 0));
-    for (size_t i = 1; i < CHIME__CHUNK_NODES; i += 2)
-        cr_assert(chime__wheel_is_pending(w, ids[i]));
-    /* Chunk 0 still holds N/2/5 timers; chunks 1-4 are empty. Keep one chunk's worth spare. */
-    cr_assert(eq(sz, chime__wheel_trim(w, CHIME__CHUNK_NODES), 3));
+        cr_assert(eq(int, chime_wheel_cancel(w, ids[i]), 0));
+    cr_assert(gt(sz, chime__wheel_trim(w), 0));
+    cr_assert(eq(sz, chime__wheel_capacity(w), 0));
     check();
-    for (size_t i = CHIME__CHUNK_NODES; i < N; i++)
-        cr_assert(not(chime__wheel_is_pending(w, ids[i])), "a trimmed chunk's id: %zu", i);
-    /* The odd timers of chunk 0 still fire; the trimmed chunks' memory comes back for new ones. */
-    for (size_t i = 0; i < 2 * CHIME__CHUNK_NODES; i++)
-        counted_at(500000 + i);
-    check();
-    for (size_t i = 0; i < N; i++)
-        if (i % 2 == 0 || i >= CHIME__CHUNK_NODES)
-            cr_assert(not(chime__wheel_is_pending(w, ids[i])), "an old id revived: %zu", i);
-    chime_wheel_advance(w, 2000000);
-    cr_assert(eq(sz, counted, CHIME__CHUNK_NODES / 2 + 2 * CHIME__CHUNK_NODES));
-    cr_assert(eq(sz, chime_wheel_pending(w), 0));
-    /* 2 chunks were kept; 2 * CHUNK new timers needed one more (1.5 chunks were free). */
-    cr_assert(eq(sz, chime__wheel_trim(w, 0), 3), "every chunk is free at the end");
 }
 
-Test(trim, keeps_what_it_is_told_to_keep)
+Test(trim, no_old_id_comes_back_to_life_after_the_memory_is_reused)
 {
-    for (size_t i = 0; i < 3 * CHIME__CHUNK_NODES; i++)
-        counted_at(10);
+    enum { N = 300 };
+    static chime_id old[N];
+    for (size_t i = 0; i < N; i++)
+        old[i] = counted_at(10);
     chime_wheel_advance(w, 10);
-    cr_assert(eq(sz, chime__wheel_trim(w, 2 * CHIME__CHUNK_NODES), 1));
-    cr_assert(eq(sz, chime__wheel_trim(w, 2 * CHIME__CHUNK_NODES), 0));
-    cr_assert(eq(sz, chime__wheel_trim(w, 0), 2));
+    cr_assert(eq(sz, counted, N));
+    cr_assert(gt(sz, chime__wheel_trim(w), 0));
+    for (size_t i = 0; i < N; i++)
+        counted_at(20); /* the same indices again, from zeroed pages */
+    for (size_t i = 0; i < N; i++) {
+        cr_assert(not(chime__wheel_is_pending(w, old[i])), "an old id revived: %zu", i);
+        cr_assert(eq(int, chime_wheel_cancel(w, old[i]), -ENOENT));
+    }
+    chime_wheel_advance(w, 20);
+    cr_assert(eq(sz, counted, 2 * N));
+}
+
+Test(bounded, a_due_timer_scheduled_between_batches_fires_right_after_the_rest_of_that_tick)
+{
+    for (uintptr_t i = 0; i < 5; i++)
+        at(40, i);
+    at(900, 9);
+    bool done;
+    cr_assert(eq(sz, chime__wheel_advance_some(w, 1000, 2, &done), 2));
+    cr_assert(not(done));
+    cr_assert(eq(u64, chime_wheel_now(w), 40), "stopped inside tick 40");
+    at(7, 5); /* already due: after the rest of tick 40 (later in schedule order), before 900 */
+    check();
+    cr_assert(eq(sz, chime__wheel_advance_some(w, 1000, 100, &done), 5));
+    cr_assert(done, "the due timer fires in this call, not the next");
+    for (size_t i = 0; i < 6; i++)
+        cr_assert(eq(u64, fired_log[i].tag, i));
+    cr_assert(eq(u64, fired_log[5].now, 40));
+    cr_assert(eq(u64, fired_log[6].tag, 9));
+    cr_assert(eq(sz, chime_wheel_pending(w), 0));
 }

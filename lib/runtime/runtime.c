@@ -377,7 +377,7 @@ static void on_fire(void *arg)
     if (t->use_workers) {
         if (t->batch_n == t->batch_cap) {
             size_t cap = t->batch_cap ? t->batch_cap * 2 : 256;
-            struct chime__item *b = chime__realloc(t->batch, cap * sizeof(*b));
+            struct chime__item *b = chime__realloc_sized(t->batch, t->batch_cap * sizeof(*b), cap * sizeof(*b));
             if (!b) {
                 run_item(t, &it); /* no memory to hand it over: run it here rather than lose it */
                 return;
@@ -427,8 +427,7 @@ static void maybe_trim(chime_timer *t)
         (t->freed_since_trim >= spare / 4 || t->live == 0)) {
         size_t keep = t->live > 2 * CHIME__REC_CHUNK ? t->live : 2 * CHIME__REC_CHUNK;
         chime__records_shrink(&t->recs, keep);
-        size_t pending = chime_wheel_pending(t->wheel);
-        chime__wheel_trim(t->wheel, pending > 2 * CHIME__REC_CHUNK ? pending : 2 * CHIME__REC_CHUNK);
+        chime__wheel_trim(t->wheel); /* gives the nodes back once none is pending */
         t->freed_since_trim = 0;
     }
     /* relaxed: figures for chime__timer_memory, exact only after a sync. */

@@ -17,21 +17,25 @@ size_t chime__wheel_advance_some(chime_wheel *w, uint64_t now, size_t limit, boo
 /* Whether id names a pending timer. O(1). */
 bool chime__wheel_is_pending(const chime_wheel *w, chime_id id);
 
-/* Give back node memory beyond the pending timers plus `keep` spare nodes. Return: chunks released.
- * O(pool capacity): call it when load has dropped, not on every step. */
-size_t chime__wheel_trim(chime_wheel *w, size_t keep);
+/* Free the arrays of empty slots and, if no timer is pending, give the node memory back to the
+ * system. Return: bytes given back (0: nothing). O(total slots) plus O(1) system calls. */
+size_t chime__wheel_trim(chime_wheel *w);
 
-/* Nodes the wheel's pool holds memory for. O(1). */
+/* Nodes the wheel has handed out since it last gave memory back (what it holds pages for). O(1). */
 size_t chime__wheel_capacity(const chime_wheel *w);
 
+/* Entries moved down a level by cascades since the wheel was made (tests bound the work with it). */
+uint64_t chime__wheel_cascaded(const chime_wheel *w);
+
 /*
- * Walk the whole wheel and verify its invariants (I1-I5 in wheel.c, the pool's free list, the
- * pending count). Return: NULL if all hold, else a static description of the first that does not.
- * O(pending + bitmap words): for tests, never for the hot path.
+ * Walk the whole wheel and verify its invariants (I1-I6 in levels.c, the pending count). Return: NULL
+ * if all hold, else a static description of the first that does not. O(pending + tombstones + bitmap
+ * words): for tests, never for the hot path.
  */
 const char *chime__wheel_check(const chime_wheel *w);
 
-/* Walk the pool's free list: every free node marked free, none lost. O(pool capacity). */
+/* Walk the nodes' free list and every slot of every level: nothing lost, no memory held by an empty
+ * slot. O(nodes + slots): for tests, every few thousand steps. */
 const char *chime__wheel_check_pool(const chime_wheel *w);
 
 #endif /* CHIME_WHEEL_H */

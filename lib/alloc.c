@@ -1,0 +1,64 @@
+/* The allocation layer's out-of-line half: page mappings, the test hooks. See alloc.h. */
+#define _GNU_SOURCE /* mremap, MREMAP_MAYMOVE, MADV_DONTNEED: Linux interfaces beyond C11 */
+#include "alloc.h"
+
+#include <stdio.h>
+#include <sys/mman.h>
+
+_Atomic long chime__alloc_fail_countdown = -1;
+_Atomic bool chime__alloc_size_checks = false;
+
+void chime__alloc_fail_after(long n)
+{
+    /* relaxed: see chime__alloc_should_fail. */
+    atomic_store_explicit(&chime__alloc_fail_countdown, n < 0 ? -1 : n, memory_order_relaxed);
+}
+
+void chime__alloc_check_sizes(bool on)
+{
+    atomic_store_explicit(&chime__alloc_size_checks, on, memory_order_relaxed); /* a test switch */
+}
+
+void chime__alloc_verify_size(void *ptr, size_t size, size_t align)
+{
+#if defined(CHIME_USE_JEMALLOC) && CHIME_USE_JEMALLOC
+    /* jemalloc's contract for sdallocx and rallocx: size must round to the block's size class. */
+    int flags = align ? MALLOCX_ALIGN(align) : 0;
+    size_t want = sallocx(ptr, flags), got = size ? nallocx(size, flags) : 0;
+    if (got != want) {
+        fprintf(stderr, "chime: sized free of a %zu-byte block told %zu bytes\n", want, size);
+        abort();
+    }
+#else
+    (void)ptr;
+    (void)size;
+    (void)align; /* the C library's free takes no size: nothing to get wrong */
+#endif
+}
+
+void *chime__map(size_t size)
+{
+    if (chime__alloc_should_fail())
+        return NULL;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void *chime__remap(void *ptr, size_t old_size, size_t size)
+{
+    if (chime__alloc_should_fail())
+        return NULL;
+    void *p = mremap(ptr, old_size, size, MREMAP_MAYMOVE);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void chime__unmap(void *ptr, size_t size)
+{
+    if (ptr)
+        munmap(ptr, size);
+}
+
+void chime__unmap_pages(void *ptr, size_t size)
+{
+    madvise(ptr, size, MADV_DONTNEED);
+}

@@ -1,0 +1,98 @@
+/* The wheel's timer nodes: see nodes.h. */
+#include "wheel/nodes.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+#include "alloc.h"
+
+#define FIRST_NODES 128u /* one 4 KiB page of nodes */
+
+/* Bytes to map for n items of size each: whole pages. */
+static size_t mapping_bytes(size_t n, size_t size)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (n * size + page - 1) / page * page;
+}
+
+void chime__nodes_init(struct chime__nodes *ns)
+{
+    *ns = (struct chime__nodes){ .free_head = CHIME__NIL, .gen_floor = 1, .gen_max = 1 };
+}
+
+void chime__nodes_destroy(struct chime__nodes *ns)
+{
+    chime__unmap(ns->v, mapping_bytes(ns->cap, sizeof(*ns->v)));
+    chime__unmap(ns->period, mapping_bytes(ns->period_cap, sizeof(*ns->period)));
+    chime__nodes_init(ns);
+}
+
+/* Map (or remap) an array of *cap items of size bytes to hold at least want items. */
+static int grow_mapping(void **v, size_t *cap, size_t want, size_t size)
+{
+    size_t n = *cap ? *cap : FIRST_NODES;
+    while (n < want)
+        n *= 2;
+    if (n > CHIME__MAX_NODES)
+        n = CHIME__MAX_NODES;
+    if (n < want || n == *cap)
+        return -ENOMEM;
+    size_t bytes = mapping_bytes(n, size);
+    void *p = *v ? chime__remap(*v, mapping_bytes(*cap, size), bytes) : chime__map(bytes);
+    if (!p)
+        return -ENOMEM;
+    *v = p;
+    *cap = bytes / size;
+    return 0;
+}
+
+int chime__nodes_grow(struct chime__nodes *ns)
+{
+    void *v = ns->v;
+    int err = grow_mapping(&v, &ns->cap, ns->cap + 1, sizeof(*ns->v));
+    ns->v = v;
+    return err;
+}
+
+int chime__nodes_grow_periods(struct chime__nodes *ns, uint32_t idx)
+{
+    if (idx < ns->period_cap)
+        return 0;
+    void *p = ns->period;
+    int err = grow_mapping(&p, &ns->period_cap, (size_t)idx + 1, sizeof(*ns->period));
+    ns->period = p;
+    return err;
+}
+
+bool chime__nodes_reset(struct chime__nodes *ns)
+{
+    if (ns->used || !ns->top)
+        return false;
+    /* Whole pages only: the mapping's tail past top may share a page with nothing. */
+    chime__unmap_pages(ns->v, mapping_bytes(ns->top, sizeof(*ns->v)));
+    if (ns->period)
+        chime__unmap_pages(ns->period, mapping_bytes(ns->period_cap, sizeof(*ns->period)));
+    ns->top = 0;
+    ns->free_head = CHIME__NIL;
+    ns->gen_floor = ns->gen_max + 1 ? ns->gen_max + 1 : 1; /* wraps only after 2^32 reuses */
+    ns->gen_max = ns->gen_floor;
+    return true;
+}
+
+const char *chime__nodes_check(const struct chime__nodes *ns)
+{
+    size_t free_count = 0;
+    for (uint32_t idx = ns->free_head; idx != CHIME__NIL; idx = (uint32_t)ns->v[idx].h.deadline) {
+        if (idx >= ns->top)
+            return "free list link outside the nodes handed out";
+        if (ns->v[idx].fn || ns->v[idx].h.pos != CHIME__POS_FREE)
+            return "free list holds a live node";
+        if (++free_count > ns->top)
+            return "free list cycles";
+    }
+    if (free_count + ns->used != ns->top)
+        return "nodes lost: free plus used is not top";
+    if (ns->top > ns->cap)
+        return "top beyond the mapping";
+    return NULL;
+}

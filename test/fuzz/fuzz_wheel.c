@@ -1,0 +1,261 @@
+/*
+ * libFuzzer target: arbitrary bytes drive one wheel through a sequence of schedule, periodic
+ * schedule, cancel, reschedule, forged-id, next and advance operations, checked against the
+ * reference model (test/reference.h) and the wheel's self-check after every step. Any disagreement
+ * aborts with a message, which libFuzzer reports with the input that caused it.
+ *
+ * The first bytes choose a layout (a preset, or levels and slot counts of the input's own), a start
+ * time, and whether memory runs out: in that mode the N-th allocation from some point fails, every
+ * call must succeed or return -ENOMEM having changed nothing, advances may stop early (the reference
+ * then goes only as far as the wheel got), and the check is that the one-shot firings of all advances
+ * put together are the reference's, in order, once memory is back and everything has been advanced
+ * to the end of time.
+ *
+ * Build and run: see .ci/run (clang, -Dfuzz=enabled); `fuzz_wheel -max_total_time=60 CORPUS`.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "chime.h"
+#include "reference.h"
+#include "wheel/wheel.h"
+
+#define MAX_LIVE 512 /* the reference is O(n) per operation: keep it quick */
+#define MAX_STEPS 2048
+
+#define EXPECT(cond, ...)                                  \
+    do {                                                   \
+        if (!(cond)) {                                     \
+            fprintf(stderr, "fuzz_wheel: " __VA_ARGS__);   \
+            fputc('\n', stderr);                           \
+            abort();                                       \
+        }                                                  \
+    } while (0)
+
+/* ---- reading the input ---- */
+
+struct input {
+    const uint8_t *p, *end;
+};
+
+static uint64_t take(struct input *in, unsigned bytes)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < bytes && in->p < in->end; i++)
+        v = v << 8 | *in->p++;
+    return v;
+}
+
+/* A distance from now: mostly small, sometimes a level's rotation away, sometimes enormous. */
+static uint64_t distance(struct input *in)
+{
+    uint8_t kind = (uint8_t)take(in, 1);
+    switch (kind >> 6) {
+    case 0: return kind & 63;                   /* a few ticks */
+    case 1: return take(in, 2);                 /* up to a minute of ms */
+    case 2: return take(in, 4);                 /* up to 50 days of ms */
+    default: return take(in, 8) >> (kind & 63); /* anywhere up to 2^64 */
+    }
+}
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* ---- what the callbacks record ---- */
+
+static chime_wheel *wheel;
+static struct ref_fired *got;
+static size_t ngot, got_cap;
+static uint64_t deadline_of[MAX_STEPS + 1]; /* by tag: a firing before it is early */
+static bool periodic_tag[MAX_STEPS + 1];
+
+static void record(void *arg)
+{
+    uintptr_t tag = (uintptr_t)arg;
+    EXPECT(chime_wheel_now(wheel) >= deadline_of[tag], "timer %zu fired at %" PRIu64 ", before %"
+           PRIu64, (size_t)tag, chime_wheel_now(wheel), deadline_of[tag]);
+    if (ngot == got_cap) {
+        got_cap = got_cap ? 2 * got_cap : 256;
+        got = realloc(got, got_cap * sizeof(*got));
+        EXPECT(got, "out of memory");
+    }
+    got[ngot++] = (struct ref_fired){ .tag = tag, .now = chime_wheel_now(wheel) };
+}
+
+static const struct chime_wheel_config presets[] = {
+    { CHIME_LAYOUT_MILLISECONDS },
+    { CHIME_LAYOUT_SECONDS },
+    { .levels = 1, .slots = { 2 } },
+    { .levels = 3, .slots = { 2, 2, 2 } },
+    { .levels = 4, .slots = { 3, 5, 7, 2 } },
+    { .levels = 2, .slots = { 64, 64 } },
+    { .levels = 1, .slots = { 3600 } },
+    { .levels = 8, .slots = { 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096 } },
+};
+
+static void layout(struct input *in, struct chime_wheel_config *c)
+{
+    uint8_t b = (uint8_t)take(in, 1);
+    if (b < 0xc0) {
+        *c = presets[b % (sizeof(presets) / sizeof(presets[0]))];
+    } else { /* the input's own: 1 to 8 levels of 2 to 4096 slots */
+        *c = (struct chime_wheel_config){ .levels = 1 + b % CHIME_MAX_LEVELS };
+        for (unsigned i = 0; i < c->levels; i++)
+            c->slots[i] = 2 + (uint32_t)(take(in, 2) % (CHIME_MAX_SLOTS - 1));
+    }
+    c->start = take(in, 1) & 1 ? take(in, 8) >> (take(in, 1) & 63) : 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct input in = { data, data + size };
+    struct chime_wheel_config cfg;
+    layout(&in, &cfg);
+    uint8_t mode = (uint8_t)take(&in, 1);
+    bool oom = (mode & 7) == 7; /* one input in eight runs out of memory */
+    long fail_at = oom ? (long)take(&in, 2) % 512 : -1;
+
+    EXPECT(chime_wheel_new(&wheel, &cfg) == 0, "chime_wheel_new failed");
+    struct ref ref;
+    ref_init(&ref, cfg.start);
+    struct ref_fired *want = NULL, *all_want = NULL;
+    size_t want_cap = 0, nall = 0, ndead = 0, dead_cap = 0;
+    uint64_t *dead = NULL, tags = 0;
+    ngot = 0;
+    chime__alloc_fail_after(fail_at);
+
+    for (size_t step = 0; step < MAX_STEPS && in.p < in.end; step++) {
+        uint64_t now = ref.now;
+        uint8_t op = (uint8_t)take(&in, 1);
+        if (op < 80 && ref.n < MAX_LIVE) { /* schedule, one in five periodic */
+            uint64_t back = op % 16 == 0 ? take(&in, 1) : 0; /* in the past: due at once */
+            uint64_t d = back ? (back > now ? 0 : now - back) : sat_add(now, distance(&in));
+            uint64_t period = op % 5 == 0 ? 1 + distance(&in) % (UINT64_C(1) << 40) : 0;
+            chime_id id = 0;
+            uint64_t tag = ++tags;
+            int rc = period ? chime_wheel_schedule_every(wheel, d, period, record, (void *)(uintptr_t)tag, &id)
+                            : chime_wheel_schedule(wheel, d, record, (void *)(uintptr_t)tag, &id);
+            EXPECT(rc == 0 || (oom && rc == -ENOMEM), "step %zu: schedule returned %d", step, rc);
+            deadline_of[tag] = d;
+            periodic_tag[tag] = period != 0;
+            if (rc == 0) {
+                EXPECT(id != 0 && ref_find(&ref, id) < 0, "step %zu: id 0 or reused while live", step);
+                ref_schedule(&ref, d, period, id, tag);
+            }
+        } else if (op < 130 && ref.n) { /* cancel or reschedule a live timer */
+            size_t i = take(&in, 2) % ref.n;
+            uint64_t h = ref.v[i].handle;
+            if (op < 110) {
+                EXPECT(chime_wheel_cancel(wheel, h) == 0, "step %zu: cancel of a live id", step);
+                ref_remove(&ref, i);
+                if (ndead == dead_cap) { /* the same array ref_advance adds fired ids to */
+                    dead_cap = dead_cap ? 2 * dead_cap : 64;
+                    dead = realloc(dead, dead_cap * sizeof(*dead));
+                    EXPECT(dead, "out of memory");
+                }
+                dead[ndead++] = h;
+            } else {
+                uint64_t d = sat_add(now, distance(&in));
+                int rc = chime_wheel_reschedule(wheel, h, d);
+                EXPECT(rc == 0 || (oom && rc == -ENOMEM), "step %zu: reschedule returned %d", step, rc);
+                if (rc == 0) {
+                    deadline_of[ref.v[i].tag] = d;
+                    ref_reschedule(&ref, i, d);
+                }
+            }
+        } else if (op < 145 && !oom) { /* a dead or forged id (with oom a fired one may be pending) */
+            uint64_t h = ndead && op & 1 ? dead[take(&in, 2) % ndead] : take(&in, 8);
+            if (ref_find(&ref, h) < 0) {
+                int rc = op & 2 ? chime_wheel_cancel(wheel, h) : chime_wheel_reschedule(wheel, h, now);
+                EXPECT(rc == -ENOENT, "step %zu: dead id %" PRIx64 " gave %d", step, h, rc);
+            }
+        } else if (op < 160) { /* next: never later than the earliest timer */
+            uint64_t when = 0;
+            int rc = chime_wheel_next(wheel, &when);
+            if (oom) /* the wheel may still hold timers the reference has fired */
+                EXPECT(rc == 0 || rc == -ENOENT, "step %zu: next returned %d", step, rc);
+            else if (!ref.n)
+                EXPECT(rc == -ENOENT, "step %zu: next found a timer in an empty wheel", step);
+            else
+                EXPECT(rc == 0 && when <= ref.v[0].key, "step %zu: next %d %" PRIu64 " after %" PRIu64,
+                       step, rc, when, ref.v[0].key);
+        } else { /* advance, by a little or a lot, or backwards */
+            uint64_t target = op < 250 ? sat_add(now, distance(&in)) : now - (now > 0);
+            size_t before = ngot;
+            size_t n = chime_wheel_advance(wheel, target);
+            /* Out of memory, an advance may stop early: the wheel's time is then where it stopped,
+             * and what is scheduled next is placed relative to that (chime_wheel_now()). The
+             * reference goes as far, so both agree on what "due" meant for later schedules; the
+             * rest of a tick cut short fires first in the next call, so the firings put together
+             * still come in the same order. */
+            uint64_t reached = oom && chime_wheel_now(wheel) < target ? chime_wheel_now(wheel) : target;
+            size_t nwant = ref_advance(&ref, reached, &want, &want_cap, &dead, &ndead, &dead_cap);
+            EXPECT(n == ngot - before, "step %zu: advance's count is not what ran", step);
+            if (!oom) {
+                EXPECT(n == nwant, "step %zu: advance to %" PRIu64 " fired %zu, reference %zu", step,
+                       target, n, nwant);
+                for (size_t k = 0; k < nwant; k++)
+                    EXPECT(got[before + k].tag == want[k].tag && got[before + k].now == want[k].now,
+                           "step %zu: firing %zu is timer %" PRIu64 " at %" PRIu64 ", reference %"
+                           PRIu64 " at %" PRIu64, step, k, got[before + k].tag, got[before + k].now,
+                           want[k].tag, want[k].now);
+            }
+            all_want = realloc(all_want, (nall + nwant + 1) * sizeof(*all_want));
+            EXPECT(all_want, "out of memory");
+            if (nwant)
+                memcpy(all_want + nall, want, nwant * sizeof(*want));
+            nall += nwant;
+        }
+        if (!oom)
+            EXPECT(chime_wheel_pending(wheel) == ref.n, "step %zu: pending %zu, reference %zu", step,
+                   chime_wheel_pending(wheel), ref.n);
+        const char *err = chime__wheel_check(wheel);
+        EXPECT(!err, "step %zu: self-check: %s", step, err);
+    }
+
+    chime__alloc_fail_after(-1);
+    if (oom) {
+        /* Memory is back: advance to the end of time. The one-shot timers must have fired exactly
+         * once each in the reference's order (an advance cut short moves firings to the next one,
+         * never reorders them); periodic ones fire once per advance, so their counts depend on
+         * where advances stopped: they are left out of the comparison. */
+        chime_wheel_advance(wheel, UINT64_MAX);
+        size_t nwant = ref_advance(&ref, UINT64_MAX, &want, &want_cap, &dead, &ndead, &dead_cap);
+        all_want = realloc(all_want, (nall + nwant + 1) * sizeof(*all_want));
+        EXPECT(all_want, "out of memory");
+        if (nwant)
+            memcpy(all_want + nall, want, nwant * sizeof(*want));
+        nall += nwant;
+        size_t k = 0;
+        for (size_t j = 0; j < ngot; j++) {
+            if (periodic_tag[got[j].tag])
+                continue;
+            while (k < nall && periodic_tag[all_want[k].tag])
+                k++;
+            EXPECT(k < nall && got[j].tag == all_want[k].tag, "out of memory: one-shot firing %zu is "
+                   "timer %" PRIu64 ", reference %" PRIu64, j, got[j].tag, k < nall ? all_want[k].tag : 0);
+            k++;
+        }
+        while (k < nall && periodic_tag[all_want[k].tag])
+            k++;
+        EXPECT(k == nall, "out of memory: the reference fired one-shot timers the wheel did not");
+        EXPECT(chime_wheel_pending(wheel) == 0, "out of memory: %zu timers left", chime_wheel_pending(wheel));
+    }
+    const char *err = chime__wheel_check_pool(wheel);
+    EXPECT(!err, "pool check: %s", err);
+    chime_wheel_free(wheel, NULL);
+    ref_destroy(&ref);
+    free(want);
+    free(all_want);
+    free(dead);
+    return 0;
+}
