@@ -80,7 +80,7 @@ static inline void chime__slot_clear(struct chime__slot *s)
  * this keeps: len <= 3 * live + CHIME__SLOT_MIN_DEAD. */
 static inline bool chime__slot_wants_compaction(const struct chime__slot *s)
 {
-    return (s->dead > CHIME__SLOT_MIN_DEAD) & (s->dead > 2 * chime__slot_live(s));
+    return (unsigned)(s->dead > CHIME__SLOT_MIN_DEAD) & (unsigned)(s->dead > 2 * chime__slot_live(s));
 }
 
 #endif /* CHIME_WHEEL_SLOT_H */
