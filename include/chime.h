@@ -107,13 +107,15 @@ static inline unsigned chime_layout_seconds(uint32_t slots[CHIME_MAX_LEVELS])
 }
 
 /*
- * Create a wheel.
+ * Create a wheel. Deadlines beyond the layout's top level are held in hidden levels of 64 slots
+ * added above it, so every deadline up to UINT64_MAX costs the same O(1) per level it passes.
  * @out: receives the wheel; untouched on error.
  * @cfg: the layout and start time; NULL means start 0 with the default layout. Levels whose span
  *       would exceed 2^64 ticks are accepted and simply never used.
  * Return: 0; -EINVAL if out is NULL, levels > CHIME_MAX_LEVELS, or a used slots[i] is outside
  *         2..CHIME_MAX_SLOTS; -ENOMEM.
- * Complexity: O(total slots).
+ * Complexity: O(levels): the slot tables are mapped, not written (a page becomes resident when a
+ * slot on it is first used).
  * Thread safety: any thread; the new wheel belongs to the caller.
  */
 CHIME_API int chime_wheel_new(chime_wheel **out, const struct chime_wheel_config *cfg);
@@ -130,10 +132,12 @@ CHIME_API void chime_wheel_free(chime_wheel *w, chime_fn *on_unfired);
 /*
  * Schedule fn(arg) to run once, in the first chime_wheel_advance() whose now >= deadline. A deadline
  * at or before chime_wheel_now() fires in the next advance and, for ordering, counts as due at the
- * wheel's time of scheduling.
+ * wheel's time of scheduling. A wheel holds at most 2^28 timers.
  * @id: receives the timer's id; may be NULL if the timer will never be cancelled.
- * Return: 0; -EINVAL if w or fn is NULL; -ENOMEM (nothing is scheduled).
- * Complexity: O(1): one node from the pool (no malloc on the steady path), at most `levels` compares.
+ * Return: 0; -EINVAL if w or fn is NULL; -ENOMEM (out of memory, or 2^28 timers pending; nothing is
+ *         scheduled).
+ * Complexity: O(1) amortised: a node from the free list, a compare per level below the timer's, one
+ * multiply, an append to a slot's array (which grows, rarely, by a realloc).
  * Thread safety: calls on w must not overlap; may be called from w's callbacks.
  */
 CHIME_API int chime_wheel_schedule(chime_wheel *w, uint64_t deadline, chime_fn *fn, void *arg,
@@ -155,10 +159,12 @@ CHIME_API int chime_wheel_schedule_every(chime_wheel *w, uint64_t first, uint64_
 
 /*
  * Cancel a pending timer: it will not fire (again). Cancelling a periodic timer from inside its own
- * callback stops all later firings and returns 0.
+ * callback stops all later firings and returns 0. Never allocates.
  * Return: 0; -ENOENT if id is not pending (fired one-shot, cancelled, stale, forged, or 0);
  *         -EINVAL if w is NULL.
- * Complexity: O(1): one table lookup, one list unlink. The node is back in the pool on return.
+ * Complexity: O(1) amortised: one node read and one store (a tombstone in the timer's slot); a slot
+ * whose tombstones reach twice its timers is compacted then, which the cancels that made them pay
+ * for. The node is free for reuse on return.
  * Thread safety: as chime_wheel_schedule().
  */
 CHIME_API int chime_wheel_cancel(chime_wheel *w, chime_id id);
@@ -166,8 +172,9 @@ CHIME_API int chime_wheel_cancel(chime_wheel *w, chime_id id);
 /*
  * Move a pending timer to a new deadline, keeping its id, callback and argument. For ordering it
  * counts as a new schedule. A periodic timer continues from the new deadline: deadline + k*period.
- * Return: 0; -ENOENT if id is not pending; -EINVAL if w is NULL.
- * Complexity: O(1).
+ * Return: 0; -ENOENT if id is not pending; -EINVAL if w is NULL; -ENOMEM if the timer's new slot
+ *         could not grow (the timer stays pending at its old deadline).
+ * Complexity: O(1) amortised: as a schedule and a cancel.
  * Thread safety: as chime_wheel_schedule().
  */
 CHIME_API int chime_wheel_reschedule(chime_wheel *w, chime_id id, uint64_t deadline);

@@ -6,8 +6,8 @@
  * the header's, then reports which allocator serves what:
  *
  *     malloc=glibc|other   whether the program's own malloc() is still the C library's
- *     heap=glibc|other     whether chime's heap allocations (the wheel's slot arrays and tables;
- *                          its nodes are mapped directly) come from the C library's malloc
+ *     heap=glibc|other     whether chime's heap allocations (the wheel's slot arrays; its nodes
+ *                          and tables are mapped directly) come from the C library's malloc
  *
  * glibc's mallinfo2() counts only what glibc's malloc handed out, so an allocation it does not see
  * came from another allocator (jemalloc, once it has replaced malloc or through mallocx). The
