@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What the durable store's tests share: temporary journal directories, clocks, a recorder of handler
  * calls that tests wait on, and an injectable wall clock (lib/store/store.h's test hook).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The durable store's API, rule by rule (include/chime.h, "Durable timers"): firing, replacing,
  * cancelling, running handlers, retries, dead letters, restarts, the rate limit, and every error code.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The durable store and the wall clock (lib/store/fire.c, keeper.c): deadlines are CLOCK_REALTIME,
  * the runtime counts CLOCK_MONOTONIC. With an injected clock (the real one plus an offset this test

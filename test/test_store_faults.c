@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Faults, injected at the store's one I/O point (lib/store/io.h): a write or an fdatasync of the log
  * failing with -EIO, the disk filling up (-ENOSPC when a segment is preallocated), and the process

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Firing: from a loaded timer's runtime callback to its handler's outcome.
  *

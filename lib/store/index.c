@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The journal's key index (index.h): open-addressed tables, small ones in memory, large ones in
  * unnamed files read and written slot by slot.

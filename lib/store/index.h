@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The journal's key index: for every key, the version and due time of its pending timer, and the
  * version of its dead letter. It is how a put finds the timer it replaces and a cancel knows whether

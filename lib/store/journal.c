@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The embedded journal: the backend operations (backend.h) over the log, the runs and the key index
  * (journal.h explains the pieces and their invariants).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The keeper thread: the wall clock, and loading timers as they come within the horizon.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The store's logic (everything of chime_store that does not depend on where records live): what its
  * files share. store.c holds the API and the table of loaded timers, lifecycle.c open and close,
