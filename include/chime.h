@@ -24,6 +24,16 @@
 extern "C" {
 #endif
 
+/*
+ * The version of this header: MAJOR.MINOR.PATCH, and packed as (MAJOR << 16) | (MINOR << 8) | PATCH
+ * so that versions compare as integers. chime_version() returns the packed version of the library
+ * the program runs with. The build refuses to configure if these disagree with meson.build's version.
+ */
+#define CHIME_VERSION_MAJOR 0
+#define CHIME_VERSION_MINOR 2
+#define CHIME_VERSION_PATCH 0
+#define CHIME_VERSION ((CHIME_VERSION_MAJOR << 16) | (CHIME_VERSION_MINOR << 8) | CHIME_VERSION_PATCH)
+
 #if defined(CHIME_BUILDING_LIBRARY) && defined(__GNUC__)
 #define CHIME_API __attribute__((visibility("default")))
 #else
@@ -37,10 +47,15 @@ extern "C" {
 /*
  * The default layout: a clock with a millisecond tick. 1000 ms make a second, 60 s a minute,
  * 60 min an hour, 24 h a day, and 512 day slots let the top level span 512 days (about 1.4 years).
+ * The CHIME_LAYOUT_* macros are designated initializers for a chime_wheel_config or a
+ * chime_timer_config: struct chime_wheel_config cfg = { .start = now, CHIME_LAYOUT_SECONDS };
+ * C++ before C++20 has no designated initializers: it names a layout with chime_layout_*() below.
  */
-#define CHIME_LAYOUT_MILLISECONDS .levels = 5, .slots = { 1000, 60, 60, 24, 512 }
+#define CHIME_LAYOUT_MILLISECONDS .levels = 5, .slots = { CHIME__SLOTS_MILLISECONDS }
 /* The same clock with a one-second tick: 60 s, 60 min, 24 h, 512 days. */
-#define CHIME_LAYOUT_SECONDS .levels = 4, .slots = { 60, 60, 24, 512 }
+#define CHIME_LAYOUT_SECONDS .levels = 4, .slots = { CHIME__SLOTS_SECONDS }
+#define CHIME__SLOTS_MILLISECONDS 1000, 60, 60, 24, 512
+#define CHIME__SLOTS_SECONDS 60, 60, 24, 512
 
 /*
  * A timer handle. 0 is never a valid id. An id names one scheduling of one timer: once that timer
@@ -60,14 +75,47 @@ struct chime_wheel_config {
     uint32_t slots[CHIME_MAX_LEVELS];  /* slots per level, lowest first; level i's slot spans level i-1 */
 };
 
+/* Copy a layout's n slot counts into slots[] and zero the rest; returns n. Not for direct use. */
+static inline unsigned chime__layout(uint32_t slots[CHIME_MAX_LEVELS], const uint32_t *layout,
+                                     unsigned n)
+{
+    for (unsigned i = 0; i < CHIME_MAX_LEVELS; i++)
+        slots[i] = i < n ? layout[i] : 0;
+    return n;
+}
+
 /*
- * Create a wheel.
+ * Name a layout without designated initializers (C++ before C++20, or C that fills a config field
+ * by field): store the layout's slot counts in slots[] (entries past its levels set to 0) and return
+ * its number of levels, so one line sets a chime_wheel_config or a chime_timer_config alike:
+ *     cfg.levels = chime_layout_seconds(cfg.slots);
+ * The result is the same layout as the CHIME_LAYOUT_* macro of that name.
+ * @slots: the config's slots[]; must not be NULL.
+ * Return: the layout's number of levels (5 for milliseconds, 4 for seconds).
+ * Complexity: O(CHIME_MAX_LEVELS). Thread safety: any thread (slots is the caller's).
+ */
+static inline unsigned chime_layout_milliseconds(uint32_t slots[CHIME_MAX_LEVELS])
+{
+    static const uint32_t layout[] = { CHIME__SLOTS_MILLISECONDS };
+    return chime__layout(slots, layout, (unsigned)(sizeof(layout) / sizeof(layout[0])));
+}
+
+static inline unsigned chime_layout_seconds(uint32_t slots[CHIME_MAX_LEVELS])
+{
+    static const uint32_t layout[] = { CHIME__SLOTS_SECONDS };
+    return chime__layout(slots, layout, (unsigned)(sizeof(layout) / sizeof(layout[0])));
+}
+
+/*
+ * Create a wheel. Deadlines beyond the layout's top level are held in hidden levels of 64 slots
+ * added above it, so every deadline up to UINT64_MAX costs the same O(1) per level it passes.
  * @out: receives the wheel; untouched on error.
  * @cfg: the layout and start time; NULL means start 0 with the default layout. Levels whose span
  *       would exceed 2^64 ticks are accepted and simply never used.
  * Return: 0; -EINVAL if out is NULL, levels > CHIME_MAX_LEVELS, or a used slots[i] is outside
  *         2..CHIME_MAX_SLOTS; -ENOMEM.
- * Complexity: O(total slots).
+ * Complexity: O(levels): the slot tables are mapped, not written (a page becomes resident when a
+ * slot on it is first used).
  * Thread safety: any thread; the new wheel belongs to the caller.
  */
 CHIME_API int chime_wheel_new(chime_wheel **out, const struct chime_wheel_config *cfg);
@@ -84,10 +132,12 @@ CHIME_API void chime_wheel_free(chime_wheel *w, chime_fn *on_unfired);
 /*
  * Schedule fn(arg) to run once, in the first chime_wheel_advance() whose now >= deadline. A deadline
  * at or before chime_wheel_now() fires in the next advance and, for ordering, counts as due at the
- * wheel's time of scheduling.
+ * wheel's time of scheduling. A wheel holds at most 2^28 timers.
  * @id: receives the timer's id; may be NULL if the timer will never be cancelled.
- * Return: 0; -EINVAL if w or fn is NULL; -ENOMEM (nothing is scheduled).
- * Complexity: O(1): one node from the pool (no malloc on the steady path), at most `levels` compares.
+ * Return: 0; -EINVAL if w or fn is NULL; -ENOMEM (out of memory, or 2^28 timers pending; nothing is
+ *         scheduled).
+ * Complexity: O(1) amortised: a node from the free list, a compare per level below the timer's, one
+ * multiply, an append to a slot's array (which grows, rarely, by a realloc).
  * Thread safety: calls on w must not overlap; may be called from w's callbacks.
  */
 CHIME_API int chime_wheel_schedule(chime_wheel *w, uint64_t deadline, chime_fn *fn, void *arg,
@@ -109,10 +159,12 @@ CHIME_API int chime_wheel_schedule_every(chime_wheel *w, uint64_t first, uint64_
 
 /*
  * Cancel a pending timer: it will not fire (again). Cancelling a periodic timer from inside its own
- * callback stops all later firings and returns 0.
+ * callback stops all later firings and returns 0. Never allocates.
  * Return: 0; -ENOENT if id is not pending (fired one-shot, cancelled, stale, forged, or 0);
  *         -EINVAL if w is NULL.
- * Complexity: O(1): one table lookup, one list unlink. The node is back in the pool on return.
+ * Complexity: O(1) amortised: one node read and one store (a tombstone in the timer's slot); a slot
+ * whose tombstones reach twice its timers is compacted then, which the cancels that made them pay
+ * for. The node is free for reuse on return.
  * Thread safety: as chime_wheel_schedule().
  */
 CHIME_API int chime_wheel_cancel(chime_wheel *w, chime_id id);
@@ -120,8 +172,9 @@ CHIME_API int chime_wheel_cancel(chime_wheel *w, chime_id id);
 /*
  * Move a pending timer to a new deadline, keeping its id, callback and argument. For ordering it
  * counts as a new schedule. A periodic timer continues from the new deadline: deadline + k*period.
- * Return: 0; -ENOENT if id is not pending; -EINVAL if w is NULL.
- * Complexity: O(1).
+ * Return: 0; -ENOENT if id is not pending; -EINVAL if w is NULL; -ENOMEM if the timer's new slot
+ *         could not grow (the timer stays pending at its old deadline).
+ * Complexity: O(1) amortised: as a schedule and a cancel.
  * Thread safety: as chime_wheel_schedule().
  */
 CHIME_API int chime_wheel_reschedule(chime_wheel *w, chime_id id, uint64_t deadline);
@@ -459,9 +512,11 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
  *         or key_len or payload_len is 0 or over its maximum (nothing is written); -EIO, -ENOSPC (the
  *         store has failed: see above; this put is not durable); -ESHUTDOWN once close has begun;
  *         -ENOMEM.
- * Complexity: O(1) expected: a hash lookup in memory and one in the journal's key index (memory-mapped;
- *             a page fault when that page was evicted), one record appended; with CHIME_SYNC_EACH a
- *             wait for the next group commit (one fdatasync shared with every waiting thread).
+ * Complexity: O(1) expected: a hash lookup in memory and one in the journal's key index (in memory
+ *             up to about a quarter of a million keys; beyond, a pread and a pwrite of the index's
+ *             file, held in the page cache), one record appended; with CHIME_SYNC_EACH a wait for the
+ *             next group commit (one fdatasync shared with every waiting thread). Waits also while
+ *             the journal's flusher is more than a few segments behind (the disk sets the pace).
  * Thread safety: any thread, handlers included.
  */
 CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, const void *payload,
@@ -475,8 +530,9 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
  * Return: 0 (with CHIME_SYNC_EACH: the cancel is on stable storage, and no crash can undo it);
  *         -ENOENT if key has no pending timer (never put, fired and acknowledged, cancelled, or in the
  *         dead letters); -EINPROGRESS if key's handler is running, or its firing is recorded (from 2
- *         ms before its due time), and no newer put is pending: it cannot be cancelled; -EINVAL if s or key is NULL or key_len is
- *         0 or over CHIME_STORE_KEY_MAX; -EIO, -ENOSPC, -ESHUTDOWN, -ENOMEM as chime_store_put.
+ *         ms before its due time), and no newer put is pending: it cannot be cancelled; -EINVAL if
+ *         s or key is NULL or key_len is 0 or over CHIME_STORE_KEY_MAX; -EIO, -ENOSPC, -ESHUTDOWN,
+ *         -ENOMEM as chime_store_put.
  * Complexity: as chime_store_put.
  * Thread safety: any thread, handlers included (a handler cancelling its own key gets -EINPROGRESS).
  */
@@ -541,11 +597,14 @@ CHIME_API int chime_store_dead_requeue(chime_store *s, const void *key, size_t k
 CHIME_API int chime_store_dead_drop(chime_store *s, const void *key, size_t key_len);
 
 struct chime_store_stats {
-    uint64_t pending;     /* pending timers, in memory and on disk (running ones not included) */
+    uint64_t pending;     /* pending timers, in memory and on disk (a running one counts until
+                             its handler's outcome is recorded) */
     uint64_t loaded;      /* of those, the ones due within the horizon, held in memory */
-    uint64_t running;     /* handlers started and not yet returned */
+    uint64_t running;     /* firings recorded whose outcome is not yet recorded (a handler about
+                             to start at its due time, running, or its outcome being written) */
     uint64_t dead;        /* dead letters */
-    uint64_t fired;       /* handler starts since open */
+    uint64_t fired;       /* firings recorded since open (each one's handler starts at its due
+                             time, unless the store closes or fails first) */
     uint64_t acked;       /* handlers that returned 0 since open */
     uint64_t retried;     /* handlers that asked for a retry since open */
     uint64_t buried;      /* timers sent to the dead letters since open */
@@ -556,7 +615,8 @@ struct chime_store_stats {
 /*
  * Read the store's counters (a snapshot: each is exact at some moment during the call). A NULL s or
  * out is a no-op.
- * Complexity: O(1). Thread safety: any thread, handlers included.
+ * Complexity: O(files in the journal's directory, a few dozen): journal_bytes is read from it.
+ * Thread safety: any thread, handlers included.
  */
 CHIME_API void chime_store_stats(const chime_store *s, struct chime_store_stats *out);
 
@@ -565,6 +625,13 @@ CHIME_API void chime_store_stats(const chime_store *s, struct chime_store_stats 
  * Return: never NULL. Complexity: O(1). Thread safety: any thread.
  */
 CHIME_API const char *chime_strerror(int err);
+
+/*
+ * The version of the library the program runs with, packed as CHIME_VERSION is: compare it with
+ * CHIME_VERSION (the header the program was compiled with) to detect a library older than the header.
+ * Return: (major << 16) | (minor << 8) | patch. Complexity: O(1). Thread safety: any thread.
+ */
+CHIME_API uint32_t chime_version(void);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /*
- * The three backends of backend.h: thin adapters from the table's void * to each structure. The
- * harness calls the structures directly (harness.cc); the table is for the differential test.
+ * The wheel's, the id-checked heap's and the list's backends of backend.h: thin adapters from the
+ * table's void * to each structure (the intrusive heap's, which needs ids, is in iheap_ids.c). The
+ * harness calls the structures directly; the table is for the differential test.
  */
 #include "backend.h"
 
@@ -61,6 +62,7 @@ const struct chime_backend chime_backend_wheel = {
     static size_t prefix##_advance(void *t, uint64_t now) { return perf_##prefix##_advance(t, now); } \
     static int prefix##_next(void *t, uint64_t *d) { return perf_##prefix##_next(t, d); }           \
     static size_t prefix##_pending(void *t) { return perf_##prefix##_pending(t); }                  \
+    static int prefix##_check(const void *t) { return perf_##prefix##_check(t); }                   \
     const struct chime_backend chime_backend_##prefix = {                                          \
         .name = #prefix,                                                                          \
         .create = prefix##_create,                                                                \
@@ -71,6 +73,7 @@ const struct chime_backend chime_backend_wheel = {
         .advance = prefix##_advance,                                                              \
         .next = prefix##_next,                                                                    \
         .pending = prefix##_pending,                                                              \
+        .check = prefix##_check,                                                                  \
     };
 
 ADAPTERS(heap)

@@ -1,7 +1,9 @@
 /*
  * One function table over every timer structure chime is measured against: the wheel (chime itself),
- * a binary min-heap and a sorted doubly linked list. The differential test drives all three through
- * it, so every baseline is checked against the same reference as the wheel.
+ * the tuned intrusive heap (iheap.h, binary and 4-ary, through an adapter that maps ids onto its
+ * timers: for correctness checking only), the id-checked binary heap (heap.h) and the sorted list
+ * (list.h). The differential test drives them all through it, so every baseline is checked against
+ * the same reference as the wheel.
  *
  * Semantics every backend must share exactly (they are chime_wheel's, one-shot timers only):
  *   - handles are uint64_t, never 0; a handle of a fired or cancelled timer is dead forever, and
@@ -42,9 +44,14 @@ struct chime_backend {
     size_t (*advance)(void *t, uint64_t now);
     int (*next)(void *t, uint64_t *deadline);
     size_t (*pending)(void *t);
+    /* Debug self-check of the structure's invariants. Return: 0, or -EINVAL. NULL for the wheel
+     * (its own check is internal to chime: test_diff.c calls it directly). */
+    int (*check)(const void *t);
 };
 
 extern const struct chime_backend chime_backend_wheel;
+extern const struct chime_backend chime_backend_iheap2; /* the intrusive heap, arity 2 */
+extern const struct chime_backend chime_backend_iheap4; /* the intrusive heap, arity 4 */
 extern const struct chime_backend chime_backend_heap;
 extern const struct chime_backend chime_backend_list;
 

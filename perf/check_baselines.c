@@ -1,14 +1,14 @@
 /*
  * A self-test of the baselines where the differential test (test/test_diff.c) does not reach:
- * callbacks that schedule, cancel and reschedule while an advance runs (the heap's parked array,
- * the list's parked list), and the heap's sequence renumbering (this program is built with a small
- * PERF_HEAP_SEQ_LIMIT so that it happens hundreds of times).
+ * callbacks that schedule, cancel and reschedule while an advance runs (the heaps' parked arrays,
+ * the list's parked list), and the heaps' sequence renumbering (this program is built with small
+ * PERF_HEAP_SEQ_LIMIT and PERF_IHEAP_SEQ_LIMIT so that it happens hundreds of times).
  *
- * The same random script runs on the heap, the list and the wheel through backend.h's table; each
- * run writes a log (every firing's tag, every call's return value, pending after every step, and
- * next() after every step where it is exact). The heap's and the list's logs must be identical,
- * next() included; the wheel's must equal the heap's without next() (the wheel's may be early).
- * The heap's and list's self-checks must pass after every step.
+ * The same random script runs on every structure through backend.h's table; each run writes a log
+ * (every firing's tag, every call's return value, pending after every step, and next() after every
+ * step where it is exact). The baselines' logs (the intrusive heap of arity 2 and 4, the id-checked
+ * heap, the list) must be identical, next() included; the wheel's must equal the heap's without
+ * next() (the wheel's may be early). The baselines' self-checks must pass after every step.
  * Usage: check_baselines [steps] [seed]. Exit status 0 when all agree.
  */
 #include <errno.h>
@@ -17,8 +17,6 @@
 #include <stdlib.h>
 
 #include "backend.h"
-#include "heap.h"
-#include "list.h"
 
 #define MAX_TAGS 256 /* live timers at most (PERF_HEAP_SEQ_LIMIT must exceed it); more are skipped */
 
@@ -109,11 +107,7 @@ static void op_cancel_or_reschedule(struct run *r, uint64_t base)
 
 static int self_check(const struct run *r)
 {
-    if (r->b == &chime_backend_heap)
-        return perf_heap_check(r->t);
-    if (r->b == &chime_backend_list)
-        return perf_list_check(r->t);
-    return 0;
+    return r->b->check ? r->b->check(r->t) : 0;
 }
 
 /* Log pending and next(), and run the self-check: after every step and inside every callback. */
@@ -199,15 +193,24 @@ int main(int argc, char **argv)
 {
     size_t steps = argc > 1 ? strtoull(argv[1], NULL, 0) : 200000;
     uint64_t seed = argc > 2 ? strtoull(argv[2], NULL, 0) : 42;
+    /* Every baseline against the list (exact next() included), then the wheel against the
+     * intrusive heap (without next()). */
+    const struct chime_backend *baselines[] = { &chime_backend_heap, &chime_backend_iheap2,
+                                                &chime_backend_iheap4 };
     static struct run a, b;
-    run(&a, &chime_backend_heap, 1, steps, seed);
-    run(&b, &chime_backend_list, 1, steps, seed);
-    int bad = a.failed || b.failed || !same_log(&a, &b, seed);
-    size_t entries = a.nlog;
+    int bad = 0;
+    size_t entries = 0;
+    run(&a, &chime_backend_list, 1, steps, seed);
+    bad |= a.failed;
+    for (size_t i = 0; i < sizeof(baselines) / sizeof(baselines[0]) && !bad; i++) {
+        run(&b, baselines[i], 1, steps, seed);
+        bad |= b.failed || !same_log(&a, &b, seed);
+        entries = b.nlog;
+        free(b.log);
+    }
     free(a.log);
-    free(b.log);
     if (!bad) {
-        run(&a, &chime_backend_heap, 0, steps, seed);
+        run(&a, &chime_backend_iheap4, 0, steps, seed);
         run(&b, &chime_backend_wheel, 0, steps, seed);
         bad = a.failed || b.failed || !same_log(&a, &b, seed);
         free(a.log);

@@ -1,6 +1,8 @@
 /*
- * Baseline 1: a binary min-heap of timers, the structure libuv, libevent, Go and the JDK's DelayQueue
- * use, written for speed so that the ratios against the wheel mean something:
+ * Baseline 3 ("idheap" in the harness): a binary min-heap of timers with the wheel's kind of handles,
+ * generation-checked 64-bit ids looked up in a slot table (slots.h). The heap users are compared
+ * against is the intrusive one of iheap.h; this one shows what such ids cost a heap. Written for
+ * speed so that the comparison means something:
  *   - the heap is one contiguous array of 16-byte entries holding the ordering key (effective
  *     deadline, 32-bit sequence number) next to the timer's slot index, so a comparison never leaves
  *     the array;

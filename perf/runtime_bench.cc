@@ -1,12 +1,11 @@
-// The threaded runtime's workloads (issue 3): producer throughput from 1 and 2 threads, churn at
-// 10^6 pending timers, firing lateness, idle CPU and wake-ups, and memory under storms and bursts.
+// The threaded runtime's workloads: schedule throughput from 1 and 2 producers, churn at 10^6 pending
+// timers, a burst's firing lateness at two ticks, idle CPU and wake-ups, memory through storms and
+// bursts, and bytes per pending timer.
 //
 // Unlike the wheel's workloads these run against the real clock and real threads, one iteration per
-// repetition (each is seconds of work); the figures each repetition measures are kept and the
+// repetition (each is a second or so of work); the figures each repetition measures are noted and the
 // summary prints their median. There are no heap or list equivalents: the baselines are
 // single-threaded structures. Everything goes through the public API of the shared library.
-#include "runtime_bench.h"
-
 #include <benchmark/benchmark.h>
 #include <dirent.h>
 #include <sched.h>
@@ -18,26 +17,24 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "chime.h"
+#include "harness.h"
 
+namespace perf {
 namespace {
 
 constexpr uint64_t kMs = 1000000;
 constexpr uint64_t kHourNs = 3600 * 1000 * kMs;
-constexpr uint64_t kTickNs = kMs;  // the runtime's default tick
 
-bool g_quick;
-int g_failed;
-std::map<std::string, std::vector<double>> g_figures;  // figure -> one value per repetition
-
-void note(const std::string &name, double value) { g_figures[name].push_back(value); }
+bool quick() { return g_opt.mode == Mode::quick; }
+bool full() { return g_opt.mode == Mode::full; }
 
 uint64_t mono_ns() {
   timespec ts;
@@ -59,15 +56,12 @@ uint64_t xorshift(uint64_t &x) {
 
 void noop(void *) {}
 
-bool fail(benchmark::State &st, const char *what) {
-  g_failed++;
-  st.SkipWithError(what);
-  return false;
-}
-
-chime_timer *make_timer(benchmark::State &st) {
+// A runtime with the default configuration, or tick_ns (0: the default 1 ms tick).
+chime_timer *make_timer(benchmark::State &st, uint64_t tick_ns = 0) {
+  chime_timer_config cfg{};
+  cfg.tick_ns = tick_ns;
   chime_timer *t = nullptr;
-  if (chime_timer_new(&t, nullptr) != 0) fail(st, "chime_timer_new failed");
+  if (chime_timer_new(&t, &cfg) != 0) fail(st, "chime_timer_new failed");
   return t;
 }
 
@@ -89,14 +83,15 @@ bool prefill(chime_timer *t, size_t n, uint64_t &rng, chime_id *ids = nullptr) {
   return true;
 }
 
-// A throughput workload's two figures, in millions per second (`unit` names them): `items` over the
-// producer's time (start to produced, which is also the iteration's time) and until applied.
-void note_rates(benchmark::State &st, const std::string &name, const char *unit, size_t items,
+// A throughput workload's two figures, in millions per second: `items` over the producers' time
+// (start to produced, which is also the iteration's time) and until the advancing thread applied them.
+void note_rates(benchmark::State &st, const std::string &name, const std::string &what, size_t items,
                 uint64_t start, uint64_t produced, uint64_t applied) {
   double secs = double(produced - start) / 1e9;
   st.SetIterationTime(secs);
-  note(name + "_producer_" + unit, double(items) / secs / 1e6);
-  note(name + "_applied_" + unit, double(items) / (double(applied - start) / 1e9) / 1e6);
+  note(st, name + "_producer", what + ", producer side (M/s)", double(items) / secs / 1e6);
+  note(st, name + "_applied", what + ", applied by the advancing thread (M/s)",
+       double(items) / (double(applied - start) / 1e9) / 1e6);
 }
 
 size_t rss_bytes() {
@@ -114,7 +109,7 @@ size_t rss_bytes() {
 void BM_runtime_schedule(benchmark::State &st) {
   const unsigned producers = unsigned(st.range(0));
   const bool absolute = st.range(1) != 0;  // schedule_at: no clock read on the producer's path
-  const size_t total = g_quick ? 200000 : 2000000;
+  const size_t total = quick() ? 200000 : 2000000;
   for (auto _ : st) {
     chime_timer *t = make_timer(st);
     if (!t) return;
@@ -145,8 +140,11 @@ void BM_runtime_schedule(benchmark::State &st) {
     uint64_t applied = mono_ns();
     chime_timer_free(t);
     if (bad) return (void)fail(st, "schedule failed");
-    note_rates(st, std::string(absolute ? "schedule_at_" : "schedule_") + std::to_string(producers) + "p",
-               "Mps", total, start, produced, applied);
+    std::string p = std::to_string(producers);
+    note_rates(st, std::string(absolute ? "schedule_at_" : "schedule_") + p + "p",
+               std::string(absolute ? "schedule_at (no clock read)" : "schedule (clock read included)") + ", " +
+                   p + (producers == 1 ? " producer" : " producers in total"),
+               total, start, produced, applied);
   }
   st.SetItemsProcessed(int64_t(st.iterations() * total));
 }
@@ -154,10 +152,10 @@ void BM_runtime_schedule(benchmark::State &st) {
 // ---- churn ----
 
 // n timers pending an hour or two away; one producer replaces random ones: cancel (which must
-// succeed) then schedule. One op is one cancel + schedule pair.
+// succeed) then schedule. Each cancel and each schedule counts as one operation.
 void BM_runtime_churn(benchmark::State &st) {
   const size_t n = size_t(st.range(0));
-  const size_t pairs = g_quick ? 200000 : 2000000;
+  const size_t pairs = quick() ? 200000 : 2000000;
   std::vector<chime_id> ids(n);
   uint64_t rng = 0x9e3779b97f4a7c15u;
   for (auto _ : st) {
@@ -180,12 +178,14 @@ void BM_runtime_churn(benchmark::State &st) {
     uint64_t applied = mono_ns();
     chime_timer_free(t);
     if (bad) return (void)fail(st, "churn: a cancel or schedule failed");
-    note_rates(st, "churn", "Mops", pairs, start, produced, applied);
+    note_rates(st, "churn_" + std::to_string(n),
+               "churn at " + count_name(int64_t(n)) + " pending, cancels and schedules counted one each", 2 * pairs,
+               start, produced, applied);
   }
-  st.SetItemsProcessed(int64_t(st.iterations() * pairs));
+  st.SetItemsProcessed(int64_t(st.iterations() * 2 * pairs));
 }
 
-// ---- lateness ----
+// ---- a burst's lateness ----
 
 struct Shot {
   uint64_t deadline, fired;
@@ -198,45 +198,72 @@ void shot(void *p) {
   s->count->fetch_add(1, std::memory_order_release);
 }
 
-// `shots` timers due at uniformly random times over `span`, with `background` timers pending an hour
-// away; lateness is the time from each deadline (exact, schedule_at) to its callback's start, so it
-// includes rounding up to the 1 ms tick.
-void BM_runtime_lateness(benchmark::State &st) {
-  const size_t background = size_t(st.range(0));
-  const size_t shots = g_quick ? 2000 : 20000;
-  const uint64_t span = g_quick ? 200 * kMs : 2000 * kMs;
-  std::vector<Shot> s(shots);
+// The lateness histogram's bins (upper bounds, µs; the last bin is everything above the last bound),
+// as counters "late_lt_<bound>us" and "late_ge_<last>us" in percent, for the plots.
+constexpr double kLateBins[] = {10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000};
+
+void note_histogram(benchmark::State &st, const std::vector<double> &late_us) {
+  size_t counts[std::size(kLateBins) + 1] = {};
+  for (double l : late_us)
+    counts[std::upper_bound(std::begin(kLateBins), std::end(kLateBins), l) - std::begin(kLateBins)]++;
+  char key[32];
+  for (size_t b = 0; b <= std::size(kLateBins); b++) {
+    if (b < std::size(kLateBins))
+      std::snprintf(key, sizeof key, "late_lt_%gus", kLateBins[b]);
+    else
+      std::snprintf(key, sizeof key, "late_ge_%gus", kLateBins[b - 1]);
+    st.counters[key] = 100.0 * double(counts[b]) / double(late_us.size());
+  }
+}
+
+// 100 000 timers due uniformly over 1-500 ms, scheduled at once, on a runtime with the given tick and
+// `background` timers pending an hour away. Lateness: from each deadline (exact: schedule_at with
+// the clock read just before) to its callback's start; it includes the rounding up to the tick.
+void BM_runtime_burst(benchmark::State &st) {
+  const uint64_t tick_ns = uint64_t(st.range(0)) * 1000;
+  const size_t background = size_t(st.range(1));
+  constexpr size_t kShots = 100000;
+  std::vector<Shot> s(kShots);
   uint64_t rng = 0x2545f4914f6cdd1du;
   for (auto _ : st) {
-    chime_timer *t = make_timer(st);
+    chime_timer *t = make_timer(st, tick_ns);
     if (!t) return;
     if (!prefill(t, background, rng)) {
       chime_timer_free(t);
-      return (void)fail(st, "lateness: background schedule failed");
+      return (void)fail(st, "burst: background schedule failed");
     }
     wait_applied(t);
     std::atomic<size_t> count{0};
     uint64_t start = mono_ns();
-    for (size_t i = 0; i < shots; i++) {
-      s[i] = Shot{start + 5 * kMs + xorshift(rng) % span, 0, &count};
-      if (chime_timer_schedule_at(t, s[i].deadline, shot, &s[i], nullptr))
-        return (void)fail(st, "lateness: schedule failed");
+    for (size_t i = 0; i < kShots; i++) {
+      uint64_t now = mono_ns();
+      s[i] = Shot{now + kMs + xorshift(rng) % (499 * kMs + 1), 0, &count};
+      if (chime_timer_schedule_at(t, s[i].deadline, shot, &s[i], nullptr)) {
+        chime_timer_free(t);
+        return (void)fail(st, "burst: schedule failed");
+      }
     }
-    while (count.load(std::memory_order_acquire) < shots) sleep_ms(10);
+    while (count.load(std::memory_order_acquire) < kShots && mono_ns() - start < 30000 * kMs) sleep_ms(10);
     st.SetIterationTime(double(mono_ns() - start) / 1e9);
     chime_timer_free(t);
-    std::vector<double> late(shots);
-    for (size_t i = 0; i < shots; i++) {
-      if (s[i].fired < s[i].deadline) return (void)fail(st, "lateness: a timer fired early");
+    if (count.load(std::memory_order_acquire) < kShots) return (void)fail(st, "burst: timers did not fire in 30 s");
+    std::vector<double> late(kShots);
+    for (size_t i = 0; i < kShots; i++) {
+      if (s[i].fired < s[i].deadline) return (void)fail(st, "burst: a timer fired early");
       late[i] = double(s[i].fired - s[i].deadline) / 1e3;
     }
     std::sort(late.begin(), late.end());
-    std::string k = "lateness_bg" + std::to_string(background);
-    note(k + "_p50_us", late[shots / 2]);
-    note(k + "_p99_us", late[shots * 99 / 100]);
-    note(k + "_max_us", late.back());
+    std::string k = "burst_tick" + std::to_string(tick_ns / 1000) + "us_bg" + std::to_string(background);
+    std::string what = "burst of 100k over 1-500 ms, " +
+                       (tick_ns % kMs ? std::to_string(tick_ns / 1000) + " us" : std::to_string(tick_ns / kMs) + " ms") +
+                       " tick" + (background ? ", " + count_name(int64_t(background)) + " pending" : std::string()) +
+                       ": lateness ";
+    note(st, k + "_p50_us", what + "p50 (us)", late[kShots / 2]);
+    note(st, k + "_p99_us", what + "p99 (us)", late[kShots * 99 / 100]);
+    note(st, k + "_max_us", what + "max (us)", late.back());
+    note_histogram(st, late);
   }
-  st.SetItemsProcessed(int64_t(st.iterations() * shots));
+  st.SetItemsProcessed(int64_t(st.iterations() * kShots));
 }
 
 // ---- idle ----
@@ -269,7 +296,7 @@ uint64_t process_cpu_ns() {
 // thread per second over a window in which this thread sleeps.
 void BM_runtime_idle(benchmark::State &st) {
   const size_t n = size_t(st.range(0));
-  const unsigned window_ms = g_quick ? 500 : 3000;
+  const unsigned window_ms = quick() ? 500 : full() ? 3000 : 1000;
   uint64_t rng = 0xda942042e4dd58b5u;
   for (auto _ : st) {
     chime_timer *t = make_timer(st);
@@ -287,15 +314,16 @@ void BM_runtime_idle(benchmark::State &st) {
     chime_timer_free(t);
     double secs = double(t1 - t0) / 1e9;
     st.SetIterationTime(secs);
-    note("idle_cpu_ms_per_s", double(cpu1 - cpu0) / 1e6 / secs);
-    note("idle_wakeups_per_s", double(sw1 - sw0) / secs);
+    std::string k = "idle_" + std::to_string(n), what = "idle, " + count_name(int64_t(n)) + " pending far away: ";
+    note(st, k + "_cpu_ms_per_s", what + "CPU (ms per s)", double(cpu1 - cpu0) / 1e6 / secs);
+    note(st, k + "_wakeups_per_s", what + "wake-ups per s", double(sw1 - sw0) / secs);
   }
 }
 
 // ---- memory ----
 
 // Resident memory through a schedule-then-cancel storm of n timers, then through a burst of n timers
-// that all fire within a second or so: before, the peak during, and after the runtime went idle.
+// that all fire within a second or so: the peak during each, and what is left once the runtime is idle.
 void BM_runtime_memory(benchmark::State &st) {
   const size_t n = size_t(st.range(0));
   for (auto _ : st) {
@@ -330,60 +358,60 @@ void BM_runtime_memory(benchmark::State &st) {
     st.SetIterationTime(double(mono_ns() - start) / 1e9);
     chime_timer_free(t);
     if (bad) return (void)fail(st, "memory: a schedule or cancel failed");
-    note("memory_before_MB", double(before) / mb);
-    note("memory_storm_peak_growth_MB", double(peak - before) / mb);
-    note("memory_after_storm_growth_MB", (double(after_storm) - double(before)) / mb);
-    note("memory_burst_peak_growth_MB", double(burst_peak - before) / mb);
-    note("memory_after_burst_growth_MB", (double(after_burst) - double(before)) / mb);
+    std::string k = "memory_" + std::to_string(n), what = "resident memory, " + count_name(int64_t(n)) + " timers: ";
+    note(st, k + "_storm_peak_MB", what + "growth at the peak of a schedule+cancel storm (MB)", double(peak - before) / mb);
+    note(st, k + "_after_storm_MB", what + "growth after the storm (MB)", (double(after_storm) - double(before)) / mb);
+    note(st, k + "_burst_peak_MB", what + "growth at the peak of a burst (MB)", double(burst_peak - before) / mb);
+    note(st, k + "_after_burst_MB", what + "growth after the burst fired (MB)", (double(after_burst) - double(before)) / mb);
   }
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? -1 : v[v.size() / 2];
+// n timers pending, bytes per timer measured in a fresh process (memory.cc, runtime_memory_child).
+void BM_runtime_bytes(benchmark::State &st) {
+  const int64_t n = st.range(0);
+  for (auto _ : st) {
+    std::string error;
+    double v = measure_in_child("runtime", n, &error);
+    if (!error.empty()) return (void)fail(st, error);
+    note(st, "bytes_" + std::to_string(n), "bytes per pending timer, " + count_name(n) + " pending (resident growth / N)", v);
+  }
 }
 
 }  // namespace
 
-void register_runtime_benchmarks(bool quick) {
-  g_quick = quick;
-  auto once = [](benchmark::internal::Benchmark *b) { b->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond); };
-  once(benchmark::RegisterBenchmark("BM_runtime_schedule", BM_runtime_schedule)->ArgNames({"producers", "at"})->Args({1, 0})->Args({2, 0})->Args({1, 1})->Args({2, 1}));
-  once(benchmark::RegisterBenchmark("BM_runtime_churn", BM_runtime_churn)->ArgName("pending")->Arg(quick ? 10000 : 1000000));
-  once(benchmark::RegisterBenchmark("BM_runtime_lateness", BM_runtime_lateness)->ArgName("pending")->Arg(0)->Arg(quick ? 10000 : 1000000));
-  once(benchmark::RegisterBenchmark("BM_runtime_idle", BM_runtime_idle)->ArgName("pending")->Arg(quick ? 100000 : 1000000));
-  once(benchmark::RegisterBenchmark("BM_runtime_memory", BM_runtime_memory)->ArgName("timers")->Arg(quick ? 1000000 : 10000000));
+int runtime_memory_child(size_t n) {
+  chime_timer *t = nullptr;
+  if (chime_timer_new(&t, nullptr) != 0) return 1;
+  wait_applied(t);
+  size_t before = anon_resident_bytes();
+  uint64_t rng = 0x6a09e667f3bcc909u;
+  if (!prefill(t, n, rng)) return 1;
+  wait_applied(t);
+  size_t after = anon_resident_bytes();
+  chime_stats stats;
+  chime_timer_stats(t, &stats);
+  if (stats.pending != n) {
+    std::fprintf(stderr, "chime-perf: memory: the runtime holds %llu timers, not %zu\n",
+                 (unsigned long long)stats.pending, n);
+    return 1;
+  }
+  std::printf("bytes_per_timer %.3f\n", (double(after) - double(before)) / double(n));
+  std::fflush(stdout);
+  std::_Exit(0);  // the runtime's thread is still running: no destructors, no free of 10^6 timers
 }
 
-int print_runtime_summary() {
-  if (g_figures.empty()) return g_failed;
-  std::printf("\nthreaded runtime (issue 3): median of the repetitions, 1 ms tick\n");
-  for (const auto &[name, values] : g_figures)
-    std::printf("  %-36s %10.3f   (%zu run%s)\n", name.c_str(), median(values), values.size(),
-                values.size() == 1 ? "" : "s");
-  auto get = [](const char *k) {
-    auto it = g_figures.find(k);
-    return it == g_figures.end() ? -1.0 : median(it->second);
-  };
-  struct Target {
-    const char *what;
-    double got;
-    bool hit;
-  };
-  double s1 = get("schedule_1p_producer_Mps"), s2 = get("schedule_2p_producer_Mps");
-  double churn = get("churn_producer_Mops"), p99 = get("lateness_bg1000000_p99_us");
-  double idle = get("idle_cpu_ms_per_s"), after = get("memory_after_burst_growth_MB");
-  const Target targets[] = {
-      {"schedule, 1 producer >= 25 M/s", s1, s1 >= 25},
-      {"schedule, 2 producers >= 17 M/s", s2, s2 >= 17},
-      {"churn at 1e6 pending >= 10 M ops/s", churn, churn >= 10},
-      {"p99 lateness <= 1 tick + 100 us", p99, p99 >= 0 && p99 <= double(kTickNs) / 1e3 + 100},
-      {"idle CPU < 1 ms per s", idle, idle >= 0 && idle < 1},
-      {"memory after a burst: back within 16 MB", after, after <= 16},
-  };
-  std::printf("\ntargets (issue 3; information only, never a failure):\n");
-  for (const Target &t : targets)
-    std::printf("  %-38s %10.2f  %s\n", t.what, t.got,
-                t.got < 0 ? "n/a (not measured in this run)" : t.hit ? "hit" : "MISS");
-  return g_failed;
+void register_runtime_benchmarks() {
+  constexpr unsigned kScenario = kOnce | kManualTime | kMillis;
+  for (int64_t at : {0, 1})
+    for (int64_t p : {1, 2}) add("BM_runtime_schedule", {"producers", "at"}, {p, at}, BM_runtime_schedule, kScenario);
+  add("BM_runtime_churn", {"pending"}, {quick() ? 10000 : 1000000}, BM_runtime_churn, kScenario);
+  add("BM_runtime_burst", {"tick_us", "pending"}, {1000, 0}, BM_runtime_burst, kScenario);
+  add("BM_runtime_burst", {"tick_us", "pending"}, {100, 0}, BM_runtime_burst, kScenario);
+  if (full()) add("BM_runtime_burst", {"tick_us", "pending"}, {1000, 1000000}, BM_runtime_burst, kScenario);
+  add("BM_runtime_idle", {"pending"}, {quick() ? 100000 : 1000000}, BM_runtime_idle, kScenario);
+  add("BM_runtime_memory", {"timers"}, {full() ? 10000000 : 1000000}, BM_runtime_memory, kScenario);
+  for (int64_t n : quick() ? std::vector<int64_t>{100000} : full() ? std::vector<int64_t>{1000000, 10000000} : std::vector<int64_t>{1000000})
+    add("BM_runtime_bytes", {"pending"}, {n}, BM_runtime_bytes, kOnce);
 }
+
+}  // namespace perf

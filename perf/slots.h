@@ -1,11 +1,12 @@
 /*
- * The handle table both baselines share: one slot per timer holding what it runs and its generation,
+ * The handle table of the id-based baselines (the list, the id-checked heap, and the id adapter of
+ * the intrusive heap): one slot per timer holding what it runs and its generation,
  * a LIFO free list threaded through the free slots, and generation-checked 64-bit handles.
  *
- * It mirrors lib/wheel/pool.h on purpose, so the baselines pay what the wheel pays for its ids: a handle is
- * (generation << 32) | index, the generation starts at 1 and is bumped (skipping 0) each time a slot
- * is freed, so no handle is ever 0 and a handle of a fired or cancelled timer never matches again
- * (until its slot has been reused 2^32 times). Unlike the pool, the table is one array that doubles
+ * It mirrors the wheel's ids on purpose, so the id-based baselines pay what the wheel pays for them:
+ * a handle is (generation << 32) | index, the generation starts at 1 and is bumped (skipping 0) each
+ * time a slot is freed, so no handle is ever 0 and a handle of a fired or cancelled timer never
+ * matches again (until its slot has been reused 2^32 times). The table is one array that doubles
  * (realloc) when full: a baseline grows its own per-timer arrays alongside, indexed by the same slot
  * index. Written again rather than shared with lib/ so the baselines depend on nothing internal.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // The durable store's workloads (issue 10): put throughput with CHIME_SYNC_INTERVAL from 2 threads and
 // with CHIME_SYNC_EACH from 64, fire + handler + durable acknowledgement, reopen (records replayed per
 // second), firing lateness once loaded, resident memory with 10^7 far timers, and the journal's size
@@ -5,10 +6,10 @@
 //
 // Like the runtime's workloads these run one iteration per repetition against real threads, clocks
 // and disks (journals go in $CHIME_PERF_STORE_DIR, default $TMPDIR or /tmp: a real file system, since
-// fdatasync is what SYNC_EACH pays); the summary prints each figure's median. Keys are 16 bytes and
-// payloads 64 bytes throughout, as the issue asks. Everything goes through the public API.
-#include "store_bench.h"
-
+// fdatasync is what SYNC_EACH pays); the summary prints each figure's median and the issue's goals.
+// Keys are 16 bytes and payloads 64 bytes throughout, as the issue asks. Everything goes through the
+// public API. Sizes: --full as the issue states them (10^7 timers for reopen and memory), the default
+// run a tenth of that, --quick a smoke run.
 #include <benchmark/benchmark.h>
 #include <dirent.h>
 #include <sys/wait.h>
@@ -29,22 +30,17 @@
 #include <vector>
 
 #include "chime.h"
+#include "harness.h"
 
+namespace perf {
 namespace {
 
 constexpr uint64_t kMs = 1000000, kSec = 1000 * kMs, kDay = 86400 * kSec;
 
-bool g_quick;
-int g_failed;
-std::map<std::string, std::vector<double>> g_figures;  // figure -> one value per repetition
-
-void note(const std::string &name, double value) { g_figures[name].push_back(value); }
-
-bool fail(benchmark::State &st, const std::string &what) {
-  g_failed++;
-  st.SkipWithError(what.c_str());
-  return false;
-}
+bool quick() { return g_opt.mode == Mode::quick; }
+bool full() { return g_opt.mode == Mode::full; }
+// The mode's size: --quick's, the default run's, --full's.
+uint64_t sized(uint64_t q, uint64_t headline, uint64_t f) { return quick() ? q : full() ? f : headline; }
 
 uint64_t wall_ns() {
   timespec ts;
@@ -148,7 +144,7 @@ void BM_store_put(benchmark::State &st) {
   const unsigned threads = unsigned(st.range(0));
   const auto sync = chime_sync(st.range(1));
   const bool hot = st.range(2) != 0;
-  uint64_t total = sync == CHIME_SYNC_EACH ? (g_quick ? 20000 : 400000) : (g_quick ? 200000 : 4000000);
+  uint64_t total = sync == CHIME_SYNC_EACH ? sized(20000, 100000, 400000) : sized(200000, 1000000, 4000000);
   if (hot) total /= 4;  // each loaded timer also costs the runtime a record and a wheel node
   if (threads == 1) total /= 40;  // one commit per put: a few thousand a second
   total -= total % threads;
@@ -168,10 +164,13 @@ void BM_store_put(benchmark::State &st) {
     if (secs < 0 || err) return (void)fail(st, "a put or the sync failed");
     if (stats.pending != total) return (void)fail(st, "put: pending count wrong");
     st.SetIterationTime(secs);
-    std::string name = std::string("put_") + (sync == CHIME_SYNC_EACH ? "each_" : "interval_") +
+    std::string name = std::string("store_put_") + (sync == CHIME_SYNC_EACH ? "each_" : "interval_") +
                        std::to_string(threads) + "t_" + (hot ? "loaded" : "far");
-    note(name + "_kps", double(total) / secs / 1e3);
-    note(name + "_synced_kps", double(total) / synced / 1e3);
+    std::string what = std::string("put, ") + (sync == CHIME_SYNC_EACH ? "CHIME_SYNC_EACH, " : "CHIME_SYNC_INTERVAL, ") +
+                       std::to_string(threads) + " thread" + (threads > 1 ? "s, " : ", ") +
+                       (hot ? "due within the horizon (loaded)" : "due beyond the horizon (on disk)");
+    note(st, name + "_kps", what + " (k/s)", double(total) / secs / 1e3);
+    note(st, name + "_synced_kps", what + ", until a sync returned (k/s)", double(total) / synced / 1e3);
   }
   st.SetItemsProcessed(int64_t(st.iterations() * total));
 }
@@ -182,14 +181,14 @@ void BM_store_put(benchmark::State &st) {
 // handler has returned and a sync has made every acknowledgement durable. Arg: runtime workers.
 void BM_store_fire(benchmark::State &st) {
   const unsigned workers = unsigned(st.range(0));
-  const uint64_t n = g_quick ? 100000 : 1000000;
+  const uint64_t n = sized(100000, 300000, 1000000);
   for (auto _ : st) {
     Dir dir;
     std::atomic<uint64_t> fired{0};
     chime_store *s = dir.ok() ? open_store(st, dir, CHIME_SYNC_INTERVAL, &fired, ack, workers) : nullptr;
     if (!s) return;
     // Due after the puts are done (they take well under a second per million here).
-    uint64_t due = wall_ns() + (g_quick ? 1 : 3) * kSec;
+    uint64_t due = wall_ns() + (quick() ? 1 : 3) * kSec;
     if (put_many(s, 2, 0, n, due, 0) < 0 || chime_store_sync(s)) {
       chime_store_close(s);
       return (void)fail(st, "fire: put failed");
@@ -206,7 +205,10 @@ void BM_store_fire(benchmark::State &st) {
     chime_store_close(s);
     if (err || stats.acked != n) return (void)fail(st, "fire: not every timer was acknowledged");
     st.SetIterationTime(secs);
-    note("fire_ack_" + std::to_string(workers) + "w_kps", double(n) / secs / 1e3);
+    note(st, "store_fire_ack_" + std::to_string(workers) + "w_kps",
+         "fire + handler + durable ack, " + count_name(int64_t(n)) + " due at once, " + std::to_string(workers) +
+             " runtime worker" + (workers == 1 ? "" : "s") + " (k/s)",
+         double(n) / secs / 1e3);
   }
   st.SetItemsProcessed(int64_t(st.iterations() * n));
 }
@@ -240,7 +242,7 @@ uint64_t count_records(const char *path) {
 // timers, as a journal does, until merges drop the replaced ones); the figures are the records the
 // journal's files hold, and the timers, over the time chime_store_open takes.
 void BM_store_reopen(benchmark::State &st) {
-  const uint64_t n = g_quick ? 200000 : uint64_t(st.range(0));
+  const uint64_t n = uint64_t(st.range(0));
   for (auto _ : st) {
     Dir dir;
     std::atomic<uint64_t> fired{0};
@@ -262,11 +264,12 @@ void BM_store_reopen(benchmark::State &st) {
     chime_store_close(s);
     if (stats.pending != n) return (void)fail(st, "reopen: pending count wrong");
     st.SetIterationTime(secs);
-    std::string k = "reopen_" + std::to_string(n);
-    note(k + "_s", secs);
-    note(k + "_records_Mps", double(records) / secs / 1e6);
-    note(k + "_timers_Mps", double(n) / secs / 1e6);
-    note(k + "_records", double(records));
+    std::string k = "store_reopen_" + std::to_string(n), what = "reopen, " + count_name(int64_t(n)) + " timers: ";
+    note(st, k + "_s", what + "open's time (s)", secs);
+    note(st, k + "_records_Mps", what + "records in the journal's files per second of open (M/s)",
+         double(records) / secs / 1e6);
+    note(st, k + "_timers_Mps", what + "timers per second of open (M/s)", double(n) / secs / 1e6);
+    note(st, k + "_records", what + "records in the journal's files", double(records));
   }
   st.SetItemsProcessed(int64_t(st.iterations() * n));
 }
@@ -295,7 +298,7 @@ int64_t measure(void *ctx, const chime_fire *f) {
 // minus the due time by the wall clock. It includes the runtime's rounding up to its 1 ms tick and
 // the commit of the firing's record (the handler starts only once it is durable).
 void BM_store_lateness(benchmark::State &st) {
-  const uint64_t n = g_quick ? 2000 : 20000;
+  const uint64_t n = quick() ? 2000 : 20000;
   for (auto _ : st) {
     Dir dir;
     Late l;
@@ -312,9 +315,10 @@ void BM_store_lateness(benchmark::State &st) {
     if (l.early) return (void)fail(st, "lateness: a timer fired early");
     std::sort(l.late.begin(), l.late.end());
     st.SetIterationTime(2.5);
-    note("lateness_p50_us", double(l.late[n / 2]) / 1e3);
-    note("lateness_p99_us", double(l.late[n * 99 / 100]) / 1e3);
-    note("lateness_max_us", double(l.late.back()) / 1e3);
+    const std::string what = "lateness of " + count_name(int64_t(n)) + " loaded timers due over 2 s, ";
+    note(st, "store_lateness_p50_us", what + "p50 (us)", double(l.late[n / 2]) / 1e3);
+    note(st, "store_lateness_p99_us", what + "p99 (us)", double(l.late[n * 99 / 100]) / 1e3);
+    note(st, "store_lateness_max_us", what + "max (us)", double(l.late.back()) / 1e3);
   }
 }
 
@@ -331,7 +335,7 @@ size_t status_kb(const char *field) {
 // fresh child process then opens the journal and reports its resident memory (VmRSS) once open and
 // its peak (VmHWM), against the same child's resident memory before opening. Figures in MB.
 void BM_store_memory(benchmark::State &st) {
-  const uint64_t n = g_quick ? 300000 : uint64_t(st.range(0));
+  const uint64_t n = uint64_t(st.range(0));
   for (auto _ : st) {
     Dir dir;
     std::atomic<uint64_t> fired{0};
@@ -374,10 +378,11 @@ void BM_store_memory(benchmark::State &st) {
     waitpid(pid, &status, 0);
     if (got != ssize_t(sizeof kb) || kb[3] != double(n)) return (void)fail(st, "memory: the reopening child failed");
     st.SetIterationTime(put_secs);
-    std::string k = "memory_" + std::to_string(n) + "_far";
-    note(k + "_open_rss_MB", (kb[1] - kb[0]) / 1024);
-    note(k + "_open_peak_MB", (kb[2] - kb[0]) / 1024);
-    note(k + "_journal_MB", double(stats.journal_bytes) / 1e6);
+    std::string k = "store_memory_" + std::to_string(n) + "_far";
+    std::string what = count_name(int64_t(n)) + " timers due 1-30 days ahead: ";
+    note(st, k + "_open_rss_MB", what + "resident memory once open (MB)", (kb[1] - kb[0]) / 1024);
+    note(st, k + "_open_peak_MB", what + "peak resident memory during open (MB)", (kb[2] - kb[0]) / 1024);
+    note(st, k + "_journal_MB", what + "the journal's files (MB)", double(stats.journal_bytes) / 1e6);
   }
 }
 
@@ -387,7 +392,7 @@ void BM_store_memory(benchmark::State &st) {
 // place (SYNC_INTERVAL). The journal's size is sampled as it runs; the figures are its largest and
 // final size over the live data (10^4 records).
 void BM_store_churn_disk(benchmark::State &st) {
-  const uint64_t live = 10000, ops = g_quick ? 300000 : uint64_t(st.range(0));
+  const uint64_t live = 10000, ops = uint64_t(st.range(0));
   for (auto _ : st) {
     Dir dir;
     std::atomic<uint64_t> fired{0};
@@ -428,69 +433,71 @@ void BM_store_churn_disk(benchmark::State &st) {
     // A live timer here is one 144-byte record (64 header + 16 key + 64 payload).
     double live_mb = double(live) * 144 / 1e6;
     st.SetIterationTime(secs);
-    note("churn_disk_ops_kps", double(2 * ops) / secs / 1e3);
-    note("churn_disk_live_MB", live_mb);
-    note("churn_disk_max_MB", double(biggest) / 1e6);
-    note("churn_disk_final_MB", double(stats.journal_bytes) / 1e6);
+    const std::string what = "put/cancel churn, 10^4 live, " + count_name(int64_t(ops)) + " rounds: ";
+    note(st, "store_churn_disk_ops_kps", what + "operations (k/s)", double(2 * ops) / secs / 1e3);
+    note(st, "store_churn_disk_live_MB", what + "live data (MB)", live_mb);
+    note(st, "store_churn_disk_max_MB", what + "the journal's largest size (MB)", double(biggest) / 1e6);
+    note(st, "store_churn_disk_final_MB", what + "the journal's final size (MB)", double(stats.journal_bytes) / 1e6);
   }
   st.SetItemsProcessed(int64_t(st.iterations() * 2 * ops));
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? -1 : v[v.size() / 2];
+double figure(const std::string &key) {
+  auto it = figures().find(key);
+  return it == figures().end() ? -1 : median(it->second.values);
 }
 
 }  // namespace
 
-void register_store_benchmarks(bool quick) {
-  g_quick = quick;
-  auto once = [](benchmark::internal::Benchmark *b) { b->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond); };
-  once(benchmark::RegisterBenchmark("BM_store_put", BM_store_put)
-           ->ArgNames({"threads", "sync", "loaded"})
-           ->Args({2, CHIME_SYNC_INTERVAL, 0})
-           ->Args({2, CHIME_SYNC_INTERVAL, 1})
-           ->Args({64, CHIME_SYNC_EACH, 0})
-           ->Args({1, CHIME_SYNC_EACH, 0}));
-  once(benchmark::RegisterBenchmark("BM_store_fire", BM_store_fire)->ArgName("workers")->Arg(0)->Arg(1));
-  once(benchmark::RegisterBenchmark("BM_store_reopen", BM_store_reopen)->ArgName("timers")->Arg(quick ? 200000 : 10000000));
-  once(benchmark::RegisterBenchmark("BM_store_lateness", BM_store_lateness));
-  once(benchmark::RegisterBenchmark("BM_store_memory", BM_store_memory)->ArgName("timers")->Arg(quick ? 300000 : 10000000));
-  once(benchmark::RegisterBenchmark("BM_store_churn_disk", BM_store_churn_disk)->ArgName("ops")->Arg(quick ? 300000 : 5000000));
+void register_store_benchmarks() {
+  const unsigned once = kManualTime | kOnce | kMillis;
+  const std::vector<std::string> put_args{"threads", "sync", "loaded"};
+  add("BM_store_put", put_args, {2, CHIME_SYNC_INTERVAL, 0}, BM_store_put, once);
+  add("BM_store_put", put_args, {2, CHIME_SYNC_INTERVAL, 1}, BM_store_put, once);
+  add("BM_store_put", put_args, {64, CHIME_SYNC_EACH, 0}, BM_store_put, once);
+  add("BM_store_put", put_args, {1, CHIME_SYNC_EACH, 0}, BM_store_put, once);
+  add("BM_store_fire", {"workers"}, {0}, BM_store_fire, once);
+  add("BM_store_fire", {"workers"}, {1}, BM_store_fire, once);
+  add("BM_store_reopen", {"timers"}, {int64_t(sized(200000, 1000000, 10000000))}, BM_store_reopen, once);
+  add("BM_store_lateness", {}, {}, BM_store_lateness, once);
+  add("BM_store_memory", {"timers"}, {int64_t(sized(300000, 1000000, 10000000))}, BM_store_memory, once);
+  add("BM_store_churn_disk", {"ops"}, {int64_t(sized(300000, 1000000, 5000000))}, BM_store_churn_disk, once);
 }
 
-int print_store_summary() {
-  if (g_figures.empty()) return g_failed;
-  std::printf("\ndurable store (issue 10): median of the repetitions; k = thousands per second\n");
-  for (const auto &[name, values] : g_figures)
-    std::printf("  %-44s %12.3f   (%zu run%s)\n", name.c_str(), median(values), values.size(),
-                values.size() == 1 ? "" : "s");
-  auto get = [](const std::string &k) {
-    auto it = g_figures.find(k);
-    return it == g_figures.end() ? -1.0 : median(it->second);
-  };
-  struct Target {
+void print_store_summary() {
+  bool any = false;
+  for (const auto &[key, f] : figures())
+    if (key.rfind("store_", 0) == 0) {
+      if (!any)
+        std::printf("\nthe durable store (include/chime.h's chime_store), %s:\n",
+                    g_opt.repetitions > 1 ? "medians of the repetitions" : "one repetition");
+      any = true;
+      std::printf("  %-96s %10.3f\n", f.label.c_str(), median(f.values));
+    }
+  if (!any) return;
+  struct Goal {
     const char *what;
-    double got;
-    bool hit;
+    double got;  // < 0: not measured in this run
+    bool met;
   };
-  double interval = get("put_interval_2t_far_kps"), each = get("put_each_64t_far_kps");
-  double fire = std::max(get("fire_ack_0w_kps"), get("fire_ack_1w_kps"));
-  double reopen = get("reopen_10000000_records_Mps"), p99 = get("lateness_p99_us");
-  double mem = get("memory_10000000_far_open_rss_MB");
-  double churn = get("churn_disk_max_MB") / get("churn_disk_live_MB");
-  const Target targets[] = {
-      {"SYNC_INTERVAL puts, 2 threads >= 2000 k/s", interval, interval >= 2000},
-      {"SYNC_EACH puts, 64 threads >= 200 k/s", each, each >= 200},
-      {"fire + handler + durable ack >= 1000 k/s", fire, fire >= 1000},
-      {"reopen >= 5 M records/s replayed", reopen, reopen >= 5},
-      {"lateness p99 <= 1 tick (1000 us)", p99, p99 >= 0 && p99 <= 1000},
-      {"10^7 far timers < 64 MB resident", mem, mem >= 0 && mem < 64},
-      {"churn: journal <= small multiple of live", churn, churn >= 0 && churn <= 8},
+  double interval = figure("store_put_interval_2t_far_kps"), each = figure("store_put_each_64t_far_kps");
+  double fire = std::max(figure("store_fire_ack_0w_kps"), figure("store_fire_ack_1w_kps"));
+  double reopen = figure("store_reopen_10000000_records_Mps"), p99 = figure("store_lateness_p99_us");
+  double mem = figure("store_memory_10000000_far_open_rss_MB");
+  double max = figure("store_churn_disk_max_MB"), live = figure("store_churn_disk_live_MB");
+  double churn = max >= 0 && live > 0 ? max / live : -1;
+  const Goal goals[] = {
+      {"store: CHIME_SYNC_INTERVAL puts from 2 threads, at least 2000 k/s", interval, interval >= 2000},
+      {"store: CHIME_SYNC_EACH puts from 64 threads, at least 200 k/s", each, each >= 200},
+      {"store: fire + handler + durable ack, at least 1000 k/s", fire, fire >= 1000},
+      {"store: reopen of 10^7 timers, at least 5 M records/s", reopen, reopen >= 5},
+      {"store: lateness once loaded, p99 at most one 1 ms tick (us)", p99, p99 <= 1000},
+      {"store: 10^7 timers due 1-30 days ahead, under 64 MB resident once open", mem, mem < 64},
+      {"store: churn with 10^4 live, journal at most 8x the live data (x)", churn, churn <= 8},
   };
-  std::printf("\ntargets (issue 10; information only, never a failure):\n");
-  for (const Target &t : targets)
-    std::printf("  %-42s %10.2f  %s\n", t.what, t.got,
-                t.got < 0 ? "n/a (not measured in this run)" : t.hit ? "hit" : "MISS");
-  return g_failed;
+  std::printf("\nthe durable store's goals (issue 10) measured in this run (information only):\n");
+  for (const Goal &g : goals)
+    if (g.got >= 0) std::printf("  %-80s %10.2f  %s\n", g.what, g.got, g.met ? "met" : "not met");
 }
+
+}  // namespace perf

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What the durable store's tests share: temporary journal directories, clocks, a recorder of handler
  * calls that tests wait on, and an injectable wall clock (lib/store/store.h's test hook).
@@ -133,9 +134,21 @@ static inline void tmpdir_copy(const char *from, const char *to)
 
 static _Atomic int64_t fake_offset;
 
+static _Atomic uint64_t fake_frozen; /* nonzero: the fake clock stands still there */
+
 static inline uint64_t fake_wall(void)
 {
-    return wall_ns() + (uint64_t)atomic_load_explicit(&fake_offset, memory_order_relaxed);
+    uint64_t frozen = atomic_load_explicit(&fake_frozen, memory_order_relaxed);
+    return frozen ? frozen : wall_ns() + (uint64_t)atomic_load_explicit(&fake_offset, memory_order_relaxed);
+}
+
+/* Set the fake clock to `at` and keep it there (at != 0), or let it run again from the real clock
+ * plus the offset (at == 0); tell the store, as the kernel would for a set of CLOCK_REALTIME. */
+static inline void fake_freeze(chime_store *s, uint64_t at)
+{
+    atomic_store_explicit(&fake_frozen, at, memory_order_relaxed);
+    if (s)
+        chime__store_clock_stepped(s);
 }
 
 /* Step the fake clock by delta ns and tell the store, as the kernel would for CLOCK_REALTIME. */
@@ -260,6 +273,18 @@ static inline void store_wait_idle(chime_store *s)
     }
 }
 
+/* Wait until no handler runs or waits to record its outcome (every firing so far has left the table). */
+static inline void store_wait_handlers(chime_store *s)
+{
+    for (;;) {
+        struct chime_store_stats st;
+        chime_store_stats(s, &st);
+        if (st.running == 0)
+            return;
+        sleep_ms(2); /* a poll, as in store_wait_idle */
+    }
+}
+
 /*
  * Crashes: a child ends itself as kill -9 would end it by stopping (SIGSTOP) for its parent to kill
  * it (SIGKILL). A process that sends itself SIGKILL under valgrind gets an orderly exit with a leak
@@ -305,6 +330,22 @@ static inline int reap_child(pid_t pid, int fd, unsigned char **buf, size_t *len
     if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
         return 1;
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+/* Start a test afresh: a new empty journal directory in *dir (the previous one removed), and a new
+ * recorder on the fake clock (which is the real one unless the test moves it). */
+static inline void store_test_fresh(char **dir, const char *tag, struct recorder *rec)
+{
+    if (*dir) {
+        tmpdir_remove(*dir);
+        free(*dir);
+    }
+    *dir = tmpdir_make(tag);
+    CHECK(*dir != NULL, "mkdtemp failed");
+    recorder_free(rec);
+    recorder_init(rec, fake_wall);
+    atomic_store(&fake_offset, 0);
+    atomic_store(&fake_frozen, 0);
 }
 
 /* main() of a test file whose tests share one journal directory and one recorder: run them, then

@@ -3,8 +3,9 @@
  * advances by small and huge steps, applied both to a subject and to the reference model
  * (reference.h); after every advance the fired sequence must be the reference's exactly, and after
  * every step the wheel's self-check must pass. Subjects: the wheel under several layouts (2-slot
- * levels, odd radices, the two presets, a layout past 2^64 ticks) and the heap and list baselines of
- * perf/ through the same table.
+ * levels, odd radices, the two presets, a layout past 2^64 ticks) and the baselines of perf/ (the
+ * intrusive heap of arity 2 and 4 through its id adapter, the id-checked heap, the list) through the
+ * same table, with their self-checks after every step.
  *
  * CHIME_SEED=<n> repeats a run; CHIME_DIFF_OPS=<n> sets the operations per subject (default 10^6);
  * CHIME_DIFF_ONLY=<text> runs only the subjects whose name contains it.
@@ -49,6 +50,8 @@ static struct subject subjects[] = {
     { "wheel 2-3 x8", NULL, { .levels = 8, .slots = { 2, 3, 2, 3, 2, 3, 2, 3 } } },
     { "wheel 4096 x8 (past 2^64)", NULL,
       { .levels = 8, .slots = { 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096 } } },
+    { "intrusive heap, arity 2", &chime_backend_iheap2, { 0 } },
+    { "intrusive heap, arity 4", &chime_backend_iheap4, { 0 } },
     { "heap", &chime_backend_heap, { 0 } },
     { "list", &chime_backend_list, { 0 } },
 };
@@ -221,8 +224,10 @@ static size_t ops_per_subject(void)
 
 static void check_wheel(const struct driver *d, size_t step)
 {
-    if (d->s->backend)
+    if (d->s->backend) {
+        EXPECT(d->s->backend->check(d->t) == 0, "step %zu: %s self-check", step, d->s->name);
         return;
+    }
     const char *err = chime__wheel_check(d->t);
     EXPECT(err == NULL, "step %zu: self-check: %s", step, err);
     if (step % 4096 == 0) {

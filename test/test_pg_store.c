@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The store's contract on PostgreSQL (lib/store/pg/): put, replace, cancel, fire, acknowledge, retry,
  * dead letters, restart, and what the rows in the database say afterwards. One throwaway cluster for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The durable store's API, rule by rule (include/chime.h, "Durable timers"): firing, replacing,
  * cancelling, running handlers, retries, dead letters, restarts, the rate limit, and every error code.
@@ -15,15 +16,7 @@ static struct recorder rec;
 
 static void fresh(void)
 {
-    if (dir) {
-        tmpdir_remove(dir);
-        free(dir);
-    }
-    dir = tmpdir_make("store");
-    CHECK(dir != NULL, "mkdtemp failed");
-    recorder_free(&rec);
-    recorder_init(&rec, fake_wall); /* the real clock, unless a test moves it (and the store's) */
-    atomic_store(&fake_offset, 0);
+    store_test_fresh(&dir, "store", &rec);
 }
 
 static chime_store *open_store(struct chime_store_config *cfg)

@@ -1,9 +1,12 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The durable store and the wall clock (lib/store/fire.c, keeper.c): deadlines are CLOCK_REALTIME,
  * the runtime counts CLOCK_MONOTONIC. With an injected clock (the real one plus an offset this test
  * moves, reported to the store as the kernel reports a step of CLOCK_REALTIME) these check: a step
  * back makes nothing fire early, a step forward makes what became due fire, far timers are loaded
- * when a step brings them within the horizon, and a restart after the clock moved fires what is due.
+ * when a step brings them within the horizon, a restart after the clock moved fires what is due, and
+ * a handler whose firing was recorded (2 ms ahead) waits through a step back, starts when the clock
+ * passes its due time, and does not keep close waiting.
  */
 #include "store_util.h"
 
@@ -23,15 +26,7 @@ static chime_store *open_fake(uint64_t horizon_ns)
 
 static void fresh(void)
 {
-    if (dir) {
-        tmpdir_remove(dir);
-        free(dir);
-    }
-    dir = tmpdir_make("clock");
-    CHECK(dir != NULL, "mkdtemp");
-    recorder_free(&rec);
-    recorder_init(&rec, fake_wall);
-    atomic_store(&fake_offset, 0);
+    store_test_fresh(&dir, "clock", &rec);
 }
 
 static void a_step_back_fires_nothing_before_its_due_time(void)
@@ -87,6 +82,7 @@ static void far_timers_load_when_the_clock_brings_them_within_the_horizon(void)
     fake_step(s, (int64_t)(10 * 86400 * SEC + 30 * SEC)); /* ten days on */
     recorder_wait(&rec, 9);
     chime__store_settle(s);
+    store_wait_handlers(s); /* the ninth handler's entry leaves the table after its outcome */
     CHECK_EQ(recorder_count(&rec), 9); /* days 1-10 but 7 */
     CHECK_EQ(recorder_count_key(&rec, "day07"), 0);
     chime_store_stats(s, &st);
@@ -119,6 +115,60 @@ static void a_restart_after_the_clock_moved_on_fires_what_is_overdue(void)
     CHECK_EQ(chime_store_close(s), 0);
 }
 
+static uint64_t fired(chime_store *s)
+{
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    return st.fired;
+}
+
+/* The clock stands still 1 ms before the timer's due time: its firing is recorded (from 2 ms before)
+ * and its handler waits for the due time. Then the clock steps an hour back: the handler waits an
+ * hour more. */
+static chime_store *a_handler_waiting_an_hour(uint64_t *due)
+{
+    fresh();
+    chime_store *s = open_fake(0);
+    *due = fake_wall() + 10 * SEC;
+    CHECK_EQ(chime_store_put(s, "k", 1, "x", 1, *due), 0);
+    fake_freeze(s, *due - MS);
+    while (fired(s) == 0)
+        sleep_ms(1); /* a poll: the firing is recorded by the store's own threads */
+    fake_freeze(s, *due - 3600 * SEC);
+    sleep_ms(50); /* the handler's callback (due in 1 ms) sees the step back and waits an hour */
+    chime__store_settle(s);
+    CHECK_EQ(recorder_count(&rec), 0);
+    return s;
+}
+
+static void a_waiting_handler_starts_when_the_clock_steps_past_its_due_time(void)
+{
+    uint64_t due;
+    chime_store *s = a_handler_waiting_an_hour(&due);
+    atomic_store(&fake_offset, (int64_t)(20 * SEC)); /* let the clock run again, past the due time */
+    fake_freeze(s, 0);
+    recorder_wait(&rec, 1);
+    CHECK(!atomic_load(&rec.early), "fired before its due time by the wall clock");
+    CHECK_EQ(rec.f[0].due, due);
+    CHECK_EQ(rec.f[0].attempt, 1);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static void close_does_not_wait_for_a_handler_the_clock_put_off(void)
+{
+    uint64_t due;
+    chime_store *s = a_handler_waiting_an_hour(&due);
+    CHECK_EQ(chime_store_close(s), 0); /* at once, not in an hour */
+    CHECK_EQ(recorder_count(&rec), 0);
+    atomic_store(&fake_offset, (int64_t)(20 * SEC));
+    fake_freeze(NULL, 0);
+    s = open_fake(0); /* its firing was recorded: the restart fires it again, as attempt 2 */
+    recorder_wait(&rec, 1);
+    CHECK(!atomic_load(&rec.early), "early");
+    CHECK_EQ(rec.f[0].attempt, 2);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
 static const struct tap_test tests[] = {
     { "a_step_back_fires_nothing_before_its_due_time", a_step_back_fires_nothing_before_its_due_time },
     { "a_step_forward_fires_what_became_due", a_step_forward_fires_what_became_due },
@@ -126,6 +176,10 @@ static const struct tap_test tests[] = {
       far_timers_load_when_the_clock_brings_them_within_the_horizon },
     { "a_restart_after_the_clock_moved_on_fires_what_is_overdue",
       a_restart_after_the_clock_moved_on_fires_what_is_overdue },
+    { "a_waiting_handler_starts_when_the_clock_steps_past_its_due_time",
+      a_waiting_handler_starts_when_the_clock_steps_past_its_due_time },
+    { "close_does_not_wait_for_a_handler_the_clock_put_off",
+      close_does_not_wait_for_a_handler_the_clock_put_off },
 };
 
 int main(void)

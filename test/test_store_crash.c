@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kill -9 under load, with an oracle of what was acknowledged (issue 10).
  *

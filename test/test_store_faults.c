@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Faults, injected at the store's one I/O point (lib/store/io.h): a write or an fdatasync of the log
  * failing with -EIO, the disk filling up (-ENOSPC when a segment is preallocated), and the process
@@ -52,14 +53,7 @@ static int fail_wal_op(void *ctx, enum chime__io_op op, const char *name, int fd
 
 static void fresh(void)
 {
-    if (dir) {
-        tmpdir_remove(dir);
-        free(dir);
-    }
-    dir = tmpdir_make("faults");
-    CHECK(dir != NULL, "mkdtemp");
-    recorder_free(&rec);
-    recorder_init(&rec, NULL);
+    store_test_fresh(&dir, "faults", &rec);
 }
 
 static chime_store *open_store(void)

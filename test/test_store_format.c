@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The journal's format (lib/store/format.c, checksum.c, hash.c): the checksum and hash against their
  * reference values, records and headers through encode and decode, the reader's view of cut and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The journal's key index (lib/store/index.c): random operations against a plain array, with enough
  * keys to grow every table several times and to move it from memory into its file (where it is read

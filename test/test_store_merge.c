@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Runs and their merging (lib/store/run.c, merge.c): the collapsing rules on every kind of group,
  * and runs written, reopened, read by due-time range through their sparse index, and merged.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chime-store, the operator's tool (tools/chime-store.c), on a journal this test builds through the
  * API: list (pending by due time), dead, count, and verify on an intact journal, a torn tail and a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Torn tails and damage (lib/store/format.md, "The reader's rules"): a journal whose newest segment
  * holds N puts is cut at every byte offset of its last records (truncated, and zero-filled as a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Which backend a store's config asks for. A backend added beside the journal adds its test here. */
 #include "store/backend.h"
 

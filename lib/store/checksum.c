@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * CRC-32C (Castagnoli, reflected polynomial 0x82f63b78, initial and final value all ones): the
  * checksum of every journal record. x86-64 CPUs since 2008 compute it with one instruction per 8

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* CRC-32C (Castagnoli), the journal's per-record checksum (format.md), and its mask. */
 #ifndef CHIME_STORE_CHECKSUM_H
 #define CHIME_STORE_CHECKSUM_H

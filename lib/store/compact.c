@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The journal's flusher thread: sealed segments become runs, and runs are merged, so that the disk
  * holds about what is live and a due-time range can be read from a handful of sorted files.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Firing: from a loaded timer's runtime callback to its handler's outcome.
  *
@@ -186,7 +187,7 @@ static void finish(struct chime_store *s, struct hot *e, int64_t rc)
 /* A recorded firing whose handler will not start now (the store closes before its due time, or the
  * runtime refused it): it leaves the table without an outcome, and stays pending on disk (a restart
  * fires it, with attempt + 1). */
-static void abandon(struct chime_store *s, struct hot *e)
+void chime__store_abandon(struct chime_store *s, struct hot *e)
 {
     struct hot_stripe *st = chime__store_stripe(s, e->hash);
     pthread_mutex_lock(&st->lock);
@@ -200,23 +201,42 @@ static void abandon(struct chime_store *s, struct hot *e)
     pthread_mutex_unlock(&s->dlock);
 }
 
+static void run_handler(void *arg);
+
+/* Hand e's handler to the runtime for its due time (rid: its runtime timer). Stripe locked.
+ * Return: 0, or nonzero if the runtime refused (rid is 0 then). */
+static int schedule_handler(struct chime_store *s, struct hot *e)
+{
+    if (chime_timer_schedule_at(s->rt, mono_for(s, e->due_ns), run_handler, e, &e->rid) == 0)
+        return 0;
+    e->rid = 0;
+    return -1;
+}
+
 static void run_handler(void *arg)
 {
     struct hot *e = arg;
     struct chime_store *s = e->s;
+    struct hot_stripe *st = chime__store_stripe(s, e->hash);
+    pthread_mutex_lock(&st->lock);
+    e->rid = 0; /* begun: chime__store_reschedule_handler leaves it alone */
     /* Never before the due time by the wall clock, which may have stepped back since the firing was
      * recorded (LEAD): then wait again for the rest. The timer stays RUNNING meanwhile. */
     if (s->wall() < e->due_ns) {
-        if (atomic_load_explicit(&s->closing, memory_order_relaxed) ||
-            chime_timer_schedule_at(s->rt, mono_for(s, e->due_ns), run_handler, e, NULL) != 0)
-            abandon(s, e);
+        /* acquire: pairs with close's release store; if close's sweep missed this, it is seen here */
+        int gone = atomic_load_explicit(&s->closing, memory_order_acquire) ||
+                   schedule_handler(s, e) != 0;
+        pthread_mutex_unlock(&st->lock);
+        if (gone)
+            chime__store_abandon(s, e);
         return;
     }
+    pthread_mutex_unlock(&st->lock);
     /* A fence that lapsed since the firing was recorded (the process was paused past its lease, a
      * shard was lost): the shard's new owner fires the timer again, and starting it here would act
      * in a stale epoch. (A handler that has started runs on; its outcome is then refused.) */
     if (s->ops->fence_valid && !s->ops->fence_valid(s->b, e->ref.fence)) {
-        abandon(s, e);
+        chime__store_abandon(s, e);
         return;
     }
     struct chime_fire f = { e->data, e->key_len, e->data + e->key_len, e->payload_len, e->due_ns,
@@ -269,11 +289,26 @@ static void fire_batch(struct chime_store *s, struct hot **batch, size_t n)
         e->attempt = f[i].attempt;
         atomic_fetch_add_explicit(&s->running, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&s->fired, 1, memory_order_relaxed);
-        pthread_mutex_unlock(&st->lock);
         /* The handler starts at the due time (LEAD), or at once if that has passed. */
-        if (chime_timer_schedule_at(s->rt, mono_for(s, e->due_ns), run_handler, e, NULL) != 0)
+        int refused = schedule_handler(s, e);
+        pthread_mutex_unlock(&st->lock);
+        if (refused)
             run_handler(e); /* the runtime refused (out of memory): run it here rather than lose it */
     }
+}
+
+int chime__store_reschedule_handler(struct chime_store *s, struct hot *e)
+{
+    if (!e->rid)
+        return 0; /* its callback has begun: it reads the clock, and closing, itself */
+    /* acquire: pairs with close's release store of closing */
+    int closing = atomic_load_explicit(&s->closing, memory_order_acquire);
+    if (closing && s->wall() + LEAD_NS >= e->due_ns)
+        return 0; /* it starts within the lead anyway: close waits for it */
+    if (chime_timer_cancel(s->rt, e->rid) != 0)
+        return 0; /* its callback has just begun */
+    e->rid = 0;
+    return closing || schedule_handler(s, e) != 0;
 }
 
 /* How many queued timers the rate limit lets start now; *wait_ns until the next token if none. */
@@ -353,6 +388,8 @@ void chime__store_stop_dispatcher(struct chime_store *s)
     pthread_mutex_unlock(&s->dlock);
     pthread_join(s->dispatcher, NULL);
     s->dispatcher_started = 0;
+    /* A handler waiting for a wall clock that stepped back would keep close waiting: take it back. */
+    chime__store_sweep(s, CHIME__SWEEP_CLOSE);
     pthread_mutex_lock(&s->dlock);
     while (atomic_load_explicit(&s->running, memory_order_relaxed)) /* decremented under dlock */
         pthread_cond_wait(&s->didle, &s->dlock);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The journal's records and file headers (format.md): encoding, decoding and a run's order. */
 #include "store/format.h"
 

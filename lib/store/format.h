@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The journal's records and file headers, in memory and on disk (format.md is the contract): encoding,
  * decoding with every check the reader's rules need, and the order records take in a run.

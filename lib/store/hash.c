@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * SipHash-2-4 with a 128-bit output (Aumasson and Bernstein, "SipHash: a fast short-input PRF", 2012;
  * the 128-bit variant from the authors' reference description): a keyed hash whose outputs an

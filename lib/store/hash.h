@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* SipHash-2-4 with a 128-bit result: how the store names a key in its in-memory table and in the
  * journal's key index. */
 #ifndef CHIME_STORE_HASH_H

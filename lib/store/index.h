@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The journal's key index: for every key, the version and due time of its pending timer, and the
  * version of its dead letter. It is how a put finds the timer it replaces and a cancel knows whether
@@ -29,11 +30,6 @@ enum chime__index_table {
     CHIME__IX_DEAD = 1,    /* key -> version of its dead letter */
 };
 
-/* A flag the journal keeps in a pending entry's version: its firing is recorded (fire) and the
- * handler has not finished. Versions stay below it. A rebuild never sets it: after a restart nothing
- * is running. */
-#define CHIME__IX_FIRING (UINT64_C(1) << 62)
-
 struct chime__ikey {
     struct chime__hash h;
     unsigned stripe;
@@ -62,6 +58,23 @@ int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
 /* Insert or overwrite. Return: 0; as chime__index_reserve, or an error writing a table's file. */
 int chime__index_set(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
                      uint64_t version, uint64_t due);
+/* A lookup that remembers where the key goes, for a write after it (the put path: look up, append
+ * to the log, write the new version): one probe instead of two. Nothing may change the stripe's
+ * table in between; reserve first (growth moves the slots). */
+struct chime__islot {
+    uint64_t pos;
+    int found;        /* 1: version and due hold the key's live entry */
+    int ended;        /* the slot holds an ended entry of the key (left by a rebuild) */
+    uint64_t version, due;
+};
+int chime__index_find(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
+                      struct chime__islot *at);
+int chime__index_write(struct chime__index *ix, enum chime__index_table t,
+                       const struct chime__ikey *k, const struct chime__islot *at, uint64_t version,
+                       uint64_t due);
+/* Delete the entry chime__index_find found (at->found): one probe instead of two. */
+int chime__index_del_at(struct chime__index *ix, enum chime__index_table t,
+                        const struct chime__ikey *k, const struct chime__islot *at);
 int chime__index_del(struct chime__index *ix, enum chime__index_table t,
                      const struct chime__ikey *k);
 

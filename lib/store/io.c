@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The store's file I/O (see io.h): thin wrappers with one fault-injection point. */
 #define _GNU_SOURCE /* O_TMPFILE, fallocate: Linux interfaces beyond C11 */
 #include "store/io.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The store's file I/O: every system call that touches the journal goes through here, so that tests
  * can make any of them fail (-EIO, -ENOSPC) or end the process at an exact point (a crash between a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The embedded journal: the backend operations (backend.h) over the log, the runs and the key index
  * (journal.h explains the pieces and their invariants).
@@ -50,33 +51,32 @@ static int j_put(struct chime__backend *j, const struct chime__put *p, struct ch
     if (err)
         return err;
     struct chime__ikey k;
+    struct chime__islot at = { 0, 0, 0, 0, 0 };
     chime__index_key(j->ix, p->key, p->key_len, &k);
     chime__index_lock(j->ix, &k);
-    uint64_t old = 0, old_due = 0, lsn = 0;
-    int found = 0;
+    uint64_t lsn = 0;
     err = chime__journal_error(j);
-    if (!err)
-        err = found = lookup(j, CHIME__IX_PENDING, &k, &old, &old_due);
-    if (err > 0)
-        err = 0;
-    old &= ~CHIME__IX_FIRING;
-    if (!err && p->if_version && (!found || old != p->if_version))
-        err = -ESTALE;
-    if (!err) /* grow the table now, if it must: once the record is in the log, nothing may fail */
+    if (!err) /* grow the table first, if it must: once the record is in the log, nothing may fail */
         err = index_failed(j, chime__index_reserve(j->ix, CHIME__IX_PENDING, &k));
+    if (!err) /* one probe: the slot found is the one written after the append */
+        err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &at));
+    uint64_t old = at.version;
+    if (!err && p->if_version && (!at.found || old != p->if_version))
+        err = -ESTALE;
     struct chime__rec r = { .type = CHIME__PUT, .key_len = (uint16_t)p->key_len, .key = p->key,
                             .payload_len = (uint32_t)p->payload_len, .payload = p->payload,
                             .due = p->due_ns, .attempt = p->attempt,
-                            .kill_version = found ? old : 0, .kill_due = found ? old_due : 0 };
+                            .kill_version = at.found ? old : 0, .kill_due = at.found ? at.due : 0 };
     if (!err)
         err = chime__wal_append(j->wal, &r, 1, &lsn);
     if (!err)
-        err = index_failed(j, chime__index_set(j->ix, CHIME__IX_PENDING, &k, r.version, p->due_ns));
+        err = index_failed(j, chime__index_write(j->ix, CHIME__IX_PENDING, &k, &at, r.version,
+                                                 p->due_ns));
     chime__index_unlock(j->ix, &k);
     if (err)
         return err;
     *res = (struct chime__put_result){ .ref = { r.version, 0 },
-                                       .replaced = { found ? old : 0, 0 }, .owned = 1 };
+                                       .replaced = { at.found ? old : 0, 0 }, .owned = 1 };
     *ticket = lsn;
     return 0;
 }
@@ -95,8 +95,8 @@ static int j_cancel(struct chime__backend *j, const void *key, size_t key_len, u
     if (!err)
         err = lookup(j, CHIME__IX_PENDING, &k, &v, &due);
     err = err == 0 ? -ENOENT : err < 0 ? err : 0;
-    if (!err && ((v & CHIME__IX_FIRING) || (firing && v == firing)))
-        err = -EINPROGRESS; /* its firing has begun (the logic's, before fire() marked it) */
+    if (!err && firing && v == firing)
+        err = -EINPROGRESS; /* its firing has begun: the logic holds it (backend.h, cancel) */
     struct chime__rec r = { .type = CHIME__KILL, .key_len = (uint16_t)key_len, .key = key,
                             .version = v, .due = due };
     if (!err)
@@ -113,32 +113,20 @@ static int j_cancel(struct chime__backend *j, const void *key, size_t key_len, u
 
 static int j_fire(struct chime__backend *j, struct chime__firing *f, size_t n)
 {
+    /* The logic fires only versions it holds, and nobody else changes them meanwhile: every status
+     * is 0. A cancel of a version whose firing began is refused because the logic names it (the
+     * `firing` argument of cancel), so the index needs no mark of its own. */
     struct chime__rec stack[64], *recs = n <= 64 ? stack : malloc(n * sizeof *recs);
     if (!recs)
         return -ENOMEM;
-    int err = 0;
     for (size_t i = 0; i < n; i++) {
         recs[i] = (struct chime__rec){ .type = CHIME__FIRE, .key_len = (uint16_t)f[i].key_len,
                                        .key = f[i].key, .version = f[i].ref.version,
                                        .due = f[i].due_ns, .attempt = f[i].attempt };
-        /* Mark the version firing, so that a cancel now gets -EINPROGRESS. The logic fires only
-         * versions it holds and nobody else changes them meanwhile: the status is always 0. */
-        struct chime__ikey k;
-        uint64_t v, due;
-        chime__index_key(j->ix, f[i].key, f[i].key_len, &k);
-        chime__index_lock(j->ix, &k);
-        int found = lookup(j, CHIME__IX_PENDING, &k, &v, &due);
-        if (found > 0 && v == f[i].ref.version)
-            found = index_failed(j, chime__index_set(j->ix, CHIME__IX_PENDING, &k,
-                                                     v | CHIME__IX_FIRING, due));
-        chime__index_unlock(j->ix, &k);
-        if (found < 0 && !err)
-            err = found;
         f[i].status = 0;
     }
     uint64_t lsn = 0;
-    if (!err)
-        err = chime__journal_error(j);
+    int err = chime__journal_error(j);
     if (!err)
         err = chime__wal_append(j->wal, recs, n, &lsn);
     if (recs != stack)
@@ -150,19 +138,19 @@ static int j_ack(struct chime__backend *j, const void *key, size_t key_len,
                  const struct chime__ref *ref)
 {
     struct chime__ikey k;
+    struct chime__islot at;
     chime__index_key(j->ix, key, key_len, &k);
     chime__index_lock(j->ix, &k);
-    uint64_t v = 0, due = 0, lsn;
+    uint64_t lsn;
     int err = chime__journal_error(j);
-    int found = err ? 0 : lookup(j, CHIME__IX_PENDING, &k, &v, &due);
-    if (found < 0)
-        err = found;
-    if (found > 0 && (v & ~CHIME__IX_FIRING) == ref->version) {
+    if (!err)
+        err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &at));
+    if (!err && at.found && at.version == ref->version) { /* else a put replaced it: nothing */
         struct chime__rec r = { .type = CHIME__KILL, .key_len = (uint16_t)key_len, .key = key,
-                                .version = ref->version, .due = due };
+                                .version = ref->version, .due = at.due };
         err = chime__wal_append(j->wal, &r, 1, &lsn);
         if (!err)
-            err = index_failed(j, chime__index_del(j->ix, CHIME__IX_PENDING, &k));
+            err = index_failed(j, chime__index_del_at(j->ix, CHIME__IX_PENDING, &k, &at));
     }
     chime__index_unlock(j->ix, &k);
     return err; /* D3: not waited for */
@@ -178,7 +166,7 @@ static int j_bury(struct chime__backend *j, const struct chime__timer *t)
     int found = err ? 0 : lookup(j, CHIME__IX_PENDING, &k, &v, &due), had = 0;
     if (found < 0)
         err = found;
-    if (found > 0 && (v & ~CHIME__IX_FIRING) == t->ref.version) {
+    if (found > 0 && v == t->ref.version) {
         v = t->ref.version;
         had = lookup(j, CHIME__IX_DEAD, &k, &dead, &unused);
         err = had < 0 ? had : index_failed(j, chime__index_reserve(j->ix, CHIME__IX_DEAD, &k));
@@ -321,7 +309,6 @@ static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_
         err = found = lookup(j, CHIME__IX_PENDING, &k, &old, &old_due);
     if (err > 0)
         err = 0;
-    old &= ~CHIME__IX_FIRING;
     if (!err)
         err = index_failed(j, chime__index_reserve(j->ix, CHIME__IX_PENDING, &k));
     struct chime__rec r = { .type = CHIME__PUT, .key_len = (uint16_t)key_len, .key = key,

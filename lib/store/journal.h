@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The embedded journal, the store's default backend: what its three files share. journal.c holds
  * the backend operations, replay.c recovery at open, compact.c the flusher thread (segments into runs,

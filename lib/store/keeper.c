@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The keeper thread: the wall clock, and loading timers as they come within the horizon.
  *
@@ -22,9 +23,10 @@
  * seal; an append after it happens-after the store of loading_until, so its put reads the new value.
  *
  * THE CLOCK. A timerfd on CLOCK_REALTIME with TFD_TIMER_CANCEL_ON_SET wakes the keeper whenever the
- * wall clock is set (stepped). It then re-arms every armed timer from the new wall time (a step
- * forward makes what became due fire now; a step back would only cost an early callback, which
- * re-arms itself anyway) and loads what the step brought within the horizon. Tests, whose clock is
+ * wall clock is set (stepped). It then re-arms every armed timer, and every handler waiting for
+ * its due time, from the new wall time (a step forward makes what became due fire now; a step back
+ * would only cost an early callback, which waits again itself) and loads what the step brought
+ * within the horizon. Tests, whose clock is
  * not the kernel's, report steps with chime__store_clock_stepped.
  */
 #define _GNU_SOURCE /* timerfd, eventfd: Linux interfaces beyond C11 */
@@ -142,14 +144,24 @@ int chime__store_first_load(struct chime_store *s)
     return load(s, 0, target(s, s->wall()));
 }
 
-static void for_each_armed(struct chime_store *s, int only_unarmed)
+void chime__store_sweep(struct chime_store *s, int mode)
 {
     for (int i = 0; i < HOT_STRIPES; i++) {
         struct hot_stripe *st = &s->stripes[i];
+        struct hot *gone = NULL; /* handlers taken back, chained by qnext (a RUNNING one is queued
+                                    nowhere), abandoned once the stripe is unlocked */
         pthread_mutex_lock(&st->lock);
         for (size_t b = 0; b < st->nbuckets; b++)
             for (struct hot *e = st->buckets[b]; e; e = e->next) {
-                if (e->state != HOT_ARMED || (only_unarmed && e->rid))
+                if (e->state == HOT_RUNNING) {
+                    if (mode != CHIME__SWEEP_UNARMED && chime__store_reschedule_handler(s, e)) {
+                        e->qnext = gone;
+                        gone = e;
+                    }
+                    continue;
+                }
+                if (mode == CHIME__SWEEP_CLOSE || e->state != HOT_ARMED ||
+                    (mode == CHIME__SWEEP_UNARMED && e->rid))
                     continue;
                 if (e->rid == 0) {
                     atomic_fetch_sub_explicit(&s->unarmed, 1, memory_order_relaxed);
@@ -159,12 +171,12 @@ static void for_each_armed(struct chime_store *s, int only_unarmed)
                 } /* else its callback has begun: it checks the wall clock itself */
             }
         pthread_mutex_unlock(&st->lock);
+        while (gone) {
+            struct hot *next = gone->qnext;
+            chime__store_abandon(s, gone);
+            gone = next;
+        }
     }
-}
-
-void chime__store_rearm_all(struct chime_store *s)
-{
-    for_each_armed(s, 0);
 }
 
 static void watch_clock(struct chime_store *s)
@@ -185,12 +197,12 @@ static void *keeper_main(void *arg)
         if (atomic_load_explicit(&s->keeper_stop, memory_order_acquire)) /* pairs with stop_keeper */
             break;
         if (atomic_exchange_explicit(&s->stepped, 0, memory_order_acq_rel))
-            chime__store_rearm_all(s);
+            chime__store_sweep(s, CHIME__SWEEP_STEP);
         uint64_t now = s->wall(), loaded = atomic_load_explicit(&s->loaded, memory_order_relaxed);
         if (add_sat(now, s->cfg.horizon_ns) >= loaded && loaded != UINT64_MAX)
             load(s, loaded, target(s, now));
         if (atomic_load_explicit(&s->unarmed, memory_order_relaxed))
-            for_each_armed(s, 1);
+            chime__store_sweep(s, CHIME__SWEEP_UNARMED);
 
         pthread_mutex_lock(&s->load_lock);
         s->keeper_rounds++;

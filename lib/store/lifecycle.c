@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Opening and closing a store, and the backend's calls into it (the sink).
  *

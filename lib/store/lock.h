@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Locks held for a few hundred nanoseconds (a key's stripe, the log's append): adaptive mutexes,
  * which spin briefly before sleeping. When a group commit wakes 64 threads at once and each takes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Merging and collapsing run-ordered streams of records (merge.h). */
 #include "store/merge.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Streams of records in run order (format.md), merged and collapsed: the one piece of logic behind
  * a flush (a segment's records, sorted, into a run), a merge (runs into one), a load (the live timers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Buffered, checked reading of a journal file's records (reader.h). */
 #include "store/reader.h"
 

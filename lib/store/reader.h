@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Reading a journal file's records in order, through a buffer, with format.md's rules: a record is
  * returned only if it is whole; the first one that is not ends the read, and the caller decides

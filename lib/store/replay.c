@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Recovery at open: from whatever a crash left in the directory to J1 (journal.h), in four steps.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Runs: writing one, opening and checking one, reading part of one (run.h). */
 #include "store/run.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Runs: immutable files of records in run order (format.md), each covering a range of segments. A
  * run is written under a temporary name, synced, renamed, and its directory synced; from then on it

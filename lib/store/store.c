@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chime_store: the public API, and the table of loaded timers (store.h describes both).
  *

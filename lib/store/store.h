@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The store's logic (everything of chime_store that does not depend on where records live): what its
  * files share. store.c holds the API and the table of loaded timers, lifecycle.c open and close,
@@ -45,7 +46,9 @@ struct hot {
     uint64_t hash;
     struct chime__ref ref;
     uint64_t due_ns;       /* CLOCK_REALTIME */
-    chime_id rid;          /* ARMED: the runtime timer (0: could not be armed; the keeper retries) */
+    chime_id rid;          /* ARMED: the runtime timer calling chime__store_due (0: could not be
+                              armed; the keeper retries). RUNNING: the one calling the handler (0
+                              once it has begun) */
     uint32_t attempt;      /* firings recorded (RUNNING: the number of this firing) */
     uint8_t state;
     uint8_t detached;
@@ -143,6 +146,13 @@ void chime__store_fail(struct chime_store *s, int err);
 void chime__store_arm(struct chime_store *s, struct hot *e);  /* stripe locked */
 void chime__store_due(void *arg);                             /* the runtime's callback */
 void chime__store_release_held(struct chime_store *s, struct hot *e); /* stripe locked: HELD -> QUEUED */
+/* A recorded firing whose handler will not start now (the store closes before its due time, or the
+ * runtime refused it): out of the table, pending on disk (a restart fires it with attempt + 1). */
+void chime__store_abandon(struct chime_store *s, struct hot *e);
+/* A RUNNING e whose handler waits for its due time: schedule it again from the wall clock now (it
+ * stepped), or take it back if the store is closing and it is not due within the lead. Stripe
+ * locked. Return: nonzero if it must be abandoned (after unlocking the stripe). */
+int chime__store_reschedule_handler(struct chime_store *s, struct hot *e);
 int chime__store_start_dispatcher(struct chime_store *s);
 void chime__store_stop_dispatcher(struct chime_store *s);
 int chime__store_in_handler(const struct chime_store *s);
@@ -156,8 +166,11 @@ int chime__store_tombstoned(struct chime_store *s, const void *key, size_t key_l
 int chime__store_first_load(struct chime_store *s);
 int chime__store_start_keeper(struct chime_store *s);
 void chime__store_stop_keeper(struct chime_store *s);
-/* Recompute every armed timer's runtime deadline from the wall clock (it stepped). */
-void chime__store_rearm_all(struct chime_store *s);
+/* Walk the table: arm what could not be armed (UNARMED); recompute every runtime deadline from the
+ * wall clock, handlers waiting for their due time included (STEP: the clock stepped); take back the
+ * handlers not due within the lead (CLOSE). */
+enum { CHIME__SWEEP_UNARMED, CHIME__SWEEP_STEP, CHIME__SWEEP_CLOSE };
+void chime__store_sweep(struct chime_store *s, int mode);
 
 /* Test hooks (not exported): a wall clock for stores opened afterwards (NULL: CLOCK_REALTIME), and
  * telling a store that its clock stepped (as the kernel tells it about CLOCK_REALTIME). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The write-ahead log and its group commit (wal.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The write-ahead log: every change the journal records is appended here first, and a group commit
  * (one write and one fdatasync for everything appended meanwhile, by any number of threads) makes it

@@ -124,25 +124,36 @@ int chime__levels_init(struct chime__levels *L, const struct chime_wheel_config 
     for (unsigned i = 0; i < CHIME__LEVELS_MAX; i++) {
         struct chime__level *lv = &L->lv[i];
         uint32_t n = i < cfg->levels ? cfg->slots[i] : CHIME__HIDDEN_SLOTS;
+        words += (n + 63) / 64;
         bool reaches_2_64 = span > UINT64_MAX / n;
         lv->span = span;
         lv->span_inv = UINT64_MAX / span;
         lv->nslots = n;
         lv->last = reaches_2_64 ? UINT64_MAX : span * n - 1;
         set_base(L, i, reaches_2_64 ? 0 : cfg->start - cfg->start % (lv->last + 1));
-        words += (n + 63) / 64;
         L->nlevels = i + 1;
         if (reaches_2_64)
             break;
         span *= n;
     }
     L->nconfigured = cfg->levels < L->nlevels ? cfg->levels : L->nlevels;
-    L->nwords = words;
-    L->words = chime__alloc_zeroed(words * sizeof(*L->words));
-    if (!L->words)
+    /* Every level's slot table and bitmap words in one mapping of zero pages: a page becomes resident
+     * only when a slot on it is first used, so a wheel holding a thousand timers in a few levels pays
+     * for the few pages those slots are on, not for the 1000-slot table of a level it barely uses.
+     * Slot tables first (8-byte aligned), then the words. */
+    size_t slots = 0;
+    for (unsigned i = 0; i < L->nlevels; i++)
+        slots += L->lv[i].nslots;
+    L->table_bytes = slots * sizeof(struct chime__slot) + words * sizeof(uint64_t);
+    L->table_bytes = (L->table_bytes + 4095) / 4096 * 4096;
+    char *table = chime__map(L->table_bytes);
+    if (!table)
         return -ENOMEM;
-    uint64_t *w = L->words;
+    L->table = table;
+    uint64_t *w = (uint64_t *)(table + slots * sizeof(struct chime__slot));
     for (unsigned i = 0; i < L->nlevels; i++) {
+        L->lv[i].slots = (struct chime__slot *)table;
+        table += L->lv[i].nslots * sizeof(struct chime__slot);
         L->lv[i].words = w;
         w += (L->lv[i].nslots + 63) / 64;
     }
@@ -153,14 +164,11 @@ void chime__levels_destroy(struct chime__levels *L)
 {
     for (unsigned i = 0; i < L->nlevels; i++) {
         struct chime__level *lv = &L->lv[i];
-        if (!lv->slots)
-            continue;
         for (uint32_t s = 0; s < lv->nslots; s++)
             chime__slot_release(&lv->slots[s]);
-        chime__free(lv->slots, lv->nslots * sizeof(*lv->slots));
     }
     chime__slot_release(&L->due);
-    chime__free(L->words, L->nwords * sizeof(*L->words));
+    chime__unmap(L->table, L->table_bytes);
 }
 
 /* ---- occupancy and the slow halves of the inline paths ---- */
@@ -175,40 +183,35 @@ static void unmark(struct chime__levels *L, unsigned level, uint32_t s)
 
 int chime__levels_append_slow(struct chime__levels *L, unsigned level, uint32_t s, uint32_t idx)
 {
-    struct chime__level *lv = &L->lv[level];
-    if (!lv->slots) {
-        lv->slots = chime__alloc_zeroed(lv->nslots * sizeof(*lv->slots));
-        if (!lv->slots)
-            return -ENOMEM;
-    }
-    struct chime__slot *sl = &lv->slots[s];
-    int64_t pos = chime__slot_append(sl, idx);
-    if (pos < 0)
-        return (int)pos;
-    struct chime__hdr *h = chime__levels_hdr(L, idx);
-    h->pos = (h->pos & CHIME__POS_OWNER) | (uint32_t)pos;
-    if (pos == 0)
+    struct chime__slot *sl = &L->lv[level].slots[s];
+    int64_t at = chime__slot_append(sl, idx);
+    if (at < 0)
+        return (int)at;
+    uint32_t *pos = chime__node_pos(L, idx);
+    *pos = (*pos & CHIME__POS_OWNER) | (uint32_t)at;
+    if (at == 0)
         chime__levels_mark(L, level, s);
     return 0;
 }
 
 int chime__levels_place_due(struct chime__levels *L, uint32_t idx)
 {
-    int64_t pos = chime__slot_append(&L->due, idx);
-    if (pos < 0)
-        return (int)pos;
-    struct chime__hdr *h = chime__levels_hdr(L, idx);
-    h->pos = (h->pos & CHIME__POS_OWNER) | CHIME__POS_DUE | (uint32_t)pos;
-    if (chime__slot_live(&L->due) == 1 || h->deadline < L->due_min)
-        L->due_min = h->deadline; /* the first live entry resets it: stale-low otherwise */
+    int64_t at = chime__slot_append(&L->due, idx);
+    if (at < 0)
+        return (int)at;
+    uint32_t *pos = chime__node_pos(L, idx);
+    *pos = (*pos & CHIME__POS_OWNER) | CHIME__POS_DUE | (uint32_t)at;
+    uint64_t d = *chime__node_deadline(L, idx);
+    if (chime__slot_live(&L->due) == 1 || d < L->due_min)
+        L->due_min = d; /* the first live entry resets it: stale-low otherwise */
     return 0;
 }
 
 /* Entry idx now sits at index pos of the same array: tell its node. */
-static void moved_in_slot(struct chime__levels *L, uint32_t idx, uint32_t pos)
+static void moved_in_slot(struct chime__levels *L, uint32_t idx, uint32_t at)
 {
-    struct chime__hdr *h = chime__levels_hdr(L, idx);
-    h->pos = (h->pos & ~CHIME__POS_INDEX) | pos;
+    uint32_t *pos = chime__node_pos(L, idx);
+    *pos = (*pos & ~CHIME__POS_INDEX) | at;
 }
 
 /*
@@ -347,17 +350,16 @@ static int cascade(struct chime__levels *L, unsigned i, uint32_t s, uint64_t e)
     for (uint32_t j = 0; j < src.len; j++) {
         if (j + PREFETCH_AHEAD < src.len && src.v[j + PREFETCH_AHEAD] != CHIME__DEAD) {
             uint32_t ahead = src.v[j + PREFETCH_AHEAD];
-            __builtin_prefetch(chime__levels_hdr(L, ahead), 1);
+            __builtin_prefetch(chime__node_deadline(L, ahead), 1);
             if (warm_cold)
-                __builtin_prefetch(L->cold + (size_t)ahead * L->stride, 0);
+                __builtin_prefetch(L->cold + (size_t)ahead * L->cold_stride, 0);
         }
         uint32_t idx = src.v[j];
         if (idx == CHIME__DEAD)
             continue;
-        struct chime__hdr *h = chime__levels_hdr(L, idx);
         uint32_t t;
-        unsigned k = chime__levels_find_below(L, h->deadline, i, &t); /* d in [e, e + span(i)) */
-        if (chime__levels_append(L, k, t, idx, h) != 0) {
+        unsigned k = chime__levels_find_below(L, *chime__node_deadline(L, idx), i, &t); /* in [e, e + span(i)) */
+        if (chime__levels_append(L, k, t, idx) != 0) {
             undo_cascade(L, i, s, &src, j, bases);
             return -ENOMEM;
         }
@@ -388,9 +390,9 @@ static size_t fire_from_cursor(struct chime__levels *L, size_t limit, bool *stop
             return fired;
         if (i + PREFETCH_AHEAD < end && arr->v[i + PREFETCH_AHEAD] != CHIME__DEAD) {
             uint32_t ahead = arr->v[i + PREFETCH_AHEAD];
-            __builtin_prefetch(chime__levels_hdr(L, ahead), 1);
+            __builtin_prefetch(chime__node_deadline(L, ahead), 1);
             if (L->cold)
-                __builtin_prefetch(L->cold + (size_t)ahead * L->stride, 0);
+                __builtin_prefetch(L->cold + (size_t)ahead * L->cold_stride, 0);
         }
         uint32_t idx = arr->v[i];
         if (idx == CHIME__DEAD) {
@@ -449,7 +451,7 @@ static void finish_due(struct chime__levels *L)
             dead++;
         } else {
             moved_in_slot(L, idx, keep);
-            uint64_t d = chime__levels_hdr(L, idx)->deadline;
+            uint64_t d = *chime__node_deadline(L, idx);
             if (keep == dead || d < L->due_min) /* the first live one resets due_min */
                 L->due_min = d;
         }
@@ -578,8 +580,8 @@ static const char *check_array(const struct chime__levels *L, const struct chime
             continue;
         }
         CHECK(idx < nodes_limit, "entry names no node");
-        const struct chime__hdr *h = chime__levels_hdr(L, idx);
-        CHECK((h->pos & ~CHIME__POS_OWNER) == (pos_bits | j), "node's pos does not name its entry");
+        CHECK((*chime__node_pos(L, idx) & ~CHIME__POS_OWNER) == (pos_bits | j),
+              "node's pos does not name its entry");
         (*live)++;
     }
     CHECK(dead == a->dead, "tombstone count wrong");
@@ -605,7 +607,7 @@ const char *chime__levels_check(const struct chime__levels *L, uint32_t nodes_li
     for (uint32_t j = 0; j < due->len; j++) {
         if (due->v[j] == CHIME__DEAD)
             continue;
-        uint64_t d = chime__levels_hdr(L, due->v[j])->deadline;
+        uint64_t d = *chime__node_deadline(L, due->v[j]);
         CHECK(d <= L->now, "due timer not due");
         CHECK(d >= L->due_min, "due_min above a due deadline");
     }
@@ -631,7 +633,7 @@ const char *chime__levels_check(const struct chime__levels *L, uint32_t nodes_li
                 for (uint32_t j = 0; j < sl->len; j++) {
                     if (sl->v[j] == CHIME__DEAD)
                         continue;
-                    uint64_t d = chime__levels_hdr(L, sl->v[j])->deadline;
+                    uint64_t d = *chime__node_deadline(L, sl->v[j]);
                     CHECK(d > L->now || (mid_advance && d == L->now && i == 0), "timer in the wheel is due");
                     CHECK(d - lv->base <= lv->last, "timer outside its level's rotation");
                     CHECK(i == 0 || d - L->lv[i - 1].base > L->lv[i - 1].last, "timer fits a lower level");
@@ -648,7 +650,7 @@ const char *chime__levels_check(const struct chime__levels *L, uint32_t nodes_li
         if ((err = check_array(L, sl, 0, nodes_limit, &live)))
             return err;
         for (uint32_t j = 0; j < sl->len; j++)
-            CHECK(sl->v[j] == CHIME__DEAD || chime__levels_hdr(L, sl->v[j])->deadline == L->now,
+            CHECK(sl->v[j] == CHIME__DEAD || *chime__node_deadline(L, sl->v[j]) == L->now,
                   "a timer in the slot being fired is not due at now");
     }
     if (L->firing != CHIME__FIRING_NONE) {
@@ -671,8 +673,6 @@ const char *chime__levels_check_slots(const struct chime__levels *L)
 {
     for (unsigned i = 0; i < L->nlevels; i++) {
         const struct chime__level *lv = &L->lv[i];
-        if (!lv->slots)
-            continue;
         for (uint32_t s = 0; s < lv->nslots; s++) {
             bool bit = lv->words[s >> 6] >> (s & 63) & 1;
             bool firing = L->firing == CHIME__FIRING_SLOT && i == 0 && s == L->firing_slot;
@@ -684,15 +684,18 @@ const char *chime__levels_check_slots(const struct chime__levels *L)
 
 int chime__levels_move(struct chime__levels *L, uint32_t idx, uint64_t deadline)
 {
-    struct chime__hdr *h = chime__levels_hdr(L, idx);
-    struct chime__hdr old = *h;
-    h->deadline = deadline;
+    uint64_t *d = chime__node_deadline(L, idx);
+    uint32_t *pos = chime__node_pos(L, idx);
+    uint64_t old_deadline = *d;
+    uint32_t old_pos = *pos;
+    *d = deadline;
     int err = chime__levels_place(L, idx);
     if (err) {
-        *h = old;
+        *d = old_deadline;
+        *pos = old_pos;
         return err;
     }
-    chime__levels_remove_at(L, old.deadline, old.pos);
+    chime__levels_remove_at(L, old_deadline, old_pos);
     return 0;
 }
 
@@ -701,7 +704,7 @@ size_t chime__levels_trim(struct chime__levels *L)
     size_t freed = 0;
     for (unsigned i = 0; i < L->nlevels; i++) {
         struct chime__level *lv = &L->lv[i];
-        for (uint32_t s = 0; lv->slots && s < lv->nslots; s++) {
+        for (uint32_t s = 0; s < lv->nslots; s++) {
             bool firing = L->firing == CHIME__FIRING_SLOT && i == 0 && s == L->firing_slot;
             if (lv->slots[s].len == 0 && lv->slots[s].cap && !firing) {
                 freed += lv->slots[s].cap * sizeof(uint32_t);

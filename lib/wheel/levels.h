@@ -3,10 +3,13 @@
  * with the design (the mixed-radix clock, placement, cascading, the invariants); this header holds
  * the structures and the O(1) paths that schedule and cancel inline.
  *
- * The levels know a timer only as a node index and the node's 16-byte header (struct chime__hdr),
- * which lies at the start of every node in an array the owner gives (nodes, stride). The owner is
- * the public wheel (wheel.c): what a node holds beyond its header, its id, and what firing it means
- * are its business; the levels call its fire function for each timer that comes due.
+ * The levels know a timer only as a node index and two fields at the start of the node, in an array
+ * the owner gives (nodes, stride): the deadline (a uint64_t at offset 0, in ticks) and the position
+ * word (a uint32_t at offset 8). They reach those two as scalars (chime__node_deadline,
+ * chime__node_pos), never through a struct of their own, so an owner's node may be any type that
+ * begins with them: the public wheel's (nodes.h) and the threaded runtime's records. What a node
+ * holds beyond them, its id, and what firing it means are the owner's business; the levels call its
+ * fire function for each timer that comes due.
  *
  * Not thread-safe: one owner, calls never overlap (the owner's callbacks run inside advance).
  */
@@ -37,12 +40,10 @@ _Static_assert(CHIME__LEVELS_MAX <= 32, "occupied is a 32-bit mask");
  * the live entries plus a few), so an index fits CHIME__POS_INDEX, and CHIME__DEAD is no node. */
 #define CHIME__MAX_NODES (UINT32_C(1) << 28)
 
-/* The first 16 bytes of every node. */
-struct chime__hdr {
-    uint64_t deadline; /* in ticks */
-    uint32_t pos;      /* CHIME__POS_DUE | index, or a slot index; its slot follows from deadline */
-    uint32_t owner;    /* the owner's (the wheel: the id's generation) */
-};
+/* Where the two fields the levels use lie in every node. */
+#define CHIME__NODE_DEADLINE_AT 0 /* uint64_t: the deadline, in ticks */
+#define CHIME__NODE_POS_AT 8      /* uint32_t: CHIME__POS_DUE | index, or a slot index (the slot follows
+                                     from the deadline) */
 
 struct chime__level {
     uint64_t base;     /* first tick of the rotation now is in: now - now % rotation */
@@ -51,7 +52,7 @@ struct chime__level {
     uint64_t span_inv; /* floor((2^64 - 1) / span): slot_of() divides by multiplying */
     uint64_t summary;  /* bit w set iff words[w] != 0 (at most 4096 / 64 = 64 words) */
     uint64_t *words;   /* occupancy: bit s set iff slots[s] holds a live entry */
-    struct chime__slot *slots; /* NULL until the level is first used */
+    struct chime__slot *slots;
     uint32_t nslots;
 };
 _Static_assert(CHIME_MAX_SLOTS <= 64 * 64, "one summary word covers every bitmap word of a level");
@@ -69,8 +70,9 @@ enum chime__firing { CHIME__FIRING_NONE, CHIME__FIRING_DUE, CHIME__FIRING_SLOT }
 struct chime__levels {
     char *nodes;           /* node i's header is at nodes + i * stride; the owner updates it */
     size_t stride;
-    char *cold;            /* the owner's other data for node i, at cold + i * stride (or NULL):
-                              fetched ahead with the header when the node is about to fire */
+    char *cold;            /* the owner's other data for node i, at cold + i * cold_stride (or NULL):
+                              fetched ahead when the node is about to fire */
+    size_t cold_stride;
     uint64_t now;
     uint64_t advance_to;   /* the target of the advance running */
     uint32_t occupied;     /* bit i set iff level i holds a live entry (I3) */
@@ -92,8 +94,8 @@ struct chime__levels {
     uint64_t moved;        /* entries cascaded down a level, in all (a statistic for the tests) */
     chime__fire_fn *fire;
     void *ctx;
-    uint64_t *words;       /* every level's bitmap words, one allocation */
-    size_t nwords;
+    char *table;           /* every level's slot table and bitmap words: one mapping (levels.c) */
+    size_t table_bytes;
     /* The last tick of each level's current rotation, base(i) + rotation(i) - 1 (saturated at
      * UINT64_MAX): a deadline d >= now is in level i's rotation iff d <= limit[i]. Dense, so that
      * finding a level reads one or two cache lines. */
@@ -110,9 +112,15 @@ int chime__levels_init(struct chime__levels *L, const struct chime_wheel_config 
 /* Free the levels' memory (not the nodes). */
 void chime__levels_destroy(struct chime__levels *L);
 
-static inline struct chime__hdr *chime__levels_hdr(const struct chime__levels *L, uint32_t idx)
+/* Node idx's deadline and position word (see CHIME__NODE_*_AT). */
+static inline uint64_t *chime__node_deadline(const struct chime__levels *L, uint32_t idx)
 {
-    return (struct chime__hdr *)(L->nodes + (size_t)idx * L->stride);
+    return (uint64_t *)(L->nodes + (size_t)idx * L->stride + CHIME__NODE_DEADLINE_AT);
+}
+
+static inline uint32_t *chime__node_pos(const struct chime__levels *L, uint32_t idx)
+{
+    return (uint32_t *)(L->nodes + (size_t)idx * L->stride + CHIME__NODE_POS_AT);
 }
 
 /*
@@ -182,17 +190,17 @@ static inline void chime__levels_mark(struct chime__levels *L, unsigned level, u
     L->occupied |= UINT32_C(1) << level;
 }
 
-/* Append node idx (header h) to slot s of a level, writing its position (keeping the owner bit).
+/* Append node idx to slot s of a level, writing its position (keeping the owner bit).
  * Return: 0, or -ENOMEM (nothing changed). */
 static inline int chime__levels_append(struct chime__levels *L, unsigned level, uint32_t s,
-                                       uint32_t idx, struct chime__hdr *h)
+                                       uint32_t idx)
 {
-    struct chime__level *lv = &L->lv[level];
-    if (!lv->slots || lv->slots[s].len == lv->slots[s].cap)
+    struct chime__slot *sl = &L->lv[level].slots[s];
+    if (sl->len == sl->cap)
         return chime__levels_append_slow(L, level, s, idx);
-    struct chime__slot *sl = &lv->slots[s];
     sl->v[sl->len] = idx;
-    h->pos = (h->pos & CHIME__POS_OWNER) | sl->len;
+    uint32_t *pos = chime__node_pos(L, idx);
+    *pos = (*pos & CHIME__POS_OWNER) | sl->len;
     if (sl->len++ == 0)
         chime__levels_mark(L, level, s);
     return 0;
@@ -209,12 +217,12 @@ int chime__levels_place_due(struct chime__levels *L, uint32_t idx);
  */
 static inline int chime__levels_place(struct chime__levels *L, uint32_t idx)
 {
-    struct chime__hdr *h = chime__levels_hdr(L, idx);
-    if (h->deadline <= L->now)
+    uint64_t d = *chime__node_deadline(L, idx);
+    if (d <= L->now)
         return chime__levels_place_due(L, idx);
     uint32_t s;
-    unsigned level = chime__levels_find(L, h->deadline, &s);
-    return chime__levels_append(L, level, s, idx, h);
+    unsigned level = chime__levels_find(L, d, &s);
+    return chime__levels_append(L, level, s, idx);
 }
 
 /* Node idx has just been placed as a new timer: count it. */
@@ -247,16 +255,17 @@ static inline void chime__levels_remove_at(struct chime__levels *L, uint64_t dea
         arr->v[at] = CHIME__DEAD;
         arr->dead++;
     }
-    if (chime__slot_live(arr) == 0 || chime__slot_wants_compaction(arr) ||
-        L->firing != CHIME__FIRING_NONE)
+    /* One branch, almost never taken; the three conditions evaluated without branches of their own
+     * (which came out mispredicted on one cancel in six). */
+    if ((unsigned)(chime__slot_live(arr) == 0) | (unsigned)chime__slot_wants_compaction(arr) |
+        (unsigned)(L->firing != CHIME__FIRING_NONE))
         chime__levels_settle(L, arr, level, s, at);
 }
 
 /* Tombstone node idx's entry (a cancel). */
 static inline void chime__levels_remove(struct chime__levels *L, uint32_t idx)
 {
-    const struct chime__hdr *h = chime__levels_hdr(L, idx);
-    chime__levels_remove_at(L, h->deadline, h->pos);
+    chime__levels_remove_at(L, *chime__node_deadline(L, idx), *chime__node_pos(L, idx));
 }
 
 /*

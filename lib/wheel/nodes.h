@@ -40,6 +40,16 @@
 #define CHIME__NIL UINT32_MAX /* ends the free list */
 #define CHIME__POS_FREE CHIME__POS_INDEX /* a free node's pos: no entry has this index */
 
+/* The hot half of a node: what the levels use (deadline, pos: levels.h) and the id's generation. */
+struct chime__wnode {
+    uint64_t deadline; /* ticks; a free node: the next free index */
+    uint32_t pos;      /* levels.h's position word; a free node: CHIME__POS_FREE */
+    uint32_t gen;      /* the high half of the id */
+};
+_Static_assert(offsetof(struct chime__wnode, deadline) == CHIME__NODE_DEADLINE_AT &&
+               offsetof(struct chime__wnode, pos) == CHIME__NODE_POS_AT,
+               "the levels find a node's deadline and position where levels.h says");
+
 /* The cold half of a node. */
 struct chime__call {
     chime_fn *fn;
@@ -47,12 +57,11 @@ struct chime__call {
 };
 /* The footprint docs/design.md promises: a pending timer costs one node (two 16-byte halves) plus
  * its entry. */
-_Static_assert(sizeof(struct chime__hdr) == 16 && sizeof(struct chime__call) == 16,
+_Static_assert(sizeof(struct chime__wnode) == 16 && sizeof(struct chime__call) == 16,
                "a timer node is 16 hot bytes and 16 cold ones");
 
 struct chime__nodes {
-    struct chime__hdr *v;     /* hot halves: deadline (free: the next free index), pos (free:
-                                 CHIME__POS_FREE), owner: the generation */
+    struct chime__wnode *v;   /* hot halves */
     struct chime__call *call; /* cold halves, in parallel */
     uint64_t *period;         /* period_cap periods; NULL until a periodic timer is scheduled */
     size_t cap, call_cap, period_cap; /* mapped, in nodes (v, call) and periods */
@@ -84,7 +93,7 @@ static inline int chime__nodes_take(struct chime__nodes *ns, uint32_t *idx)
                 return err;
         }
         *idx = ns->top++;
-        ns->v[*idx].owner = ns->gen_floor; /* a fresh page reads 0: no generation yet */
+        ns->v[*idx].gen = ns->gen_floor; /* a fresh page reads 0: no generation yet */
     }
     ns->used++;
     return 0;
@@ -93,9 +102,9 @@ static inline int chime__nodes_take(struct chime__nodes *ns, uint32_t *idx)
 /* Give a node back; every id naming it dies. */
 static inline void chime__nodes_give(struct chime__nodes *ns, uint32_t idx)
 {
-    struct chime__hdr *h = &ns->v[idx];
-    uint32_t gen = h->owner + 1 ? h->owner + 1 : 1; /* 0 is skipped: no id is ever 0 */
-    h->owner = gen;
+    struct chime__wnode *h = &ns->v[idx];
+    uint32_t gen = h->gen + 1 ? h->gen + 1 : 1; /* 0 is skipped: no id is ever 0 */
+    h->gen = gen;
     ns->gen_max = gen > ns->gen_max ? gen : ns->gen_max;
     h->pos = CHIME__POS_FREE;
     h->deadline = ns->free_head;
@@ -105,7 +114,7 @@ static inline void chime__nodes_give(struct chime__nodes *ns, uint32_t idx)
 
 static inline chime_id chime__nodes_id(const struct chime__nodes *ns, uint32_t idx)
 {
-    return (uint64_t)ns->v[idx].owner << 32 | idx;
+    return (uint64_t)ns->v[idx].gen << 32 | idx;
 }
 
 /* The index of the live node id names, or CHIME__NIL for a dead, stale or forged id. O(1): one
@@ -115,8 +124,8 @@ static inline uint32_t chime__nodes_find(const struct chime__nodes *ns, chime_id
     uint32_t idx = (uint32_t)id;
     if (idx >= ns->top)
         return CHIME__NIL;
-    const struct chime__hdr *h = &ns->v[idx];
-    if (h->owner != (uint32_t)(id >> 32) || h->pos == CHIME__POS_FREE)
+    const struct chime__wnode *h = &ns->v[idx];
+    if (h->gen != (uint32_t)(id >> 32) || h->pos == CHIME__POS_FREE)
         return CHIME__NIL;
     return idx;
 }
