@@ -156,26 +156,21 @@ int chime__pg_schema_create(struct pg_conn *pc, unsigned shards, uint64_t partit
 /* The partition holding part p: number p / width, range [n * width, (n + 1) * width). */
 static int ensure_one(struct pg_conn *pc, uint64_t width, uint64_t n)
 {
-    char sql[320], name[64], hi[32];
+    char sql[400], name[64], hi[32];
     snprintf(name, sizeof name, "chime.timers_%" PRIu64, n);
     if ((n + 1) > (uint64_t)INT64_MAX / width)
         snprintf(hi, sizeof hi, "MAXVALUE");
     else
         snprintf(hi, sizeof hi, "%" PRIu64, (n + 1) * width);
+    /* Nodes create the same partitions at once; IF NOT EXISTS alone does not make that safe (the
+     * loser's catalog insert fails), so creators queue on one advisory lock, held to the commit. */
     snprintf(sql, sizeof sql,
-             "CREATE TABLE IF NOT EXISTS %s PARTITION OF chime.timers FOR VALUES FROM (%" PRIu64
-             ") TO (%s)",
-             name, n * width, hi);
+             "BEGIN; SELECT pg_advisory_xact_lock(%d); CREATE TABLE IF NOT EXISTS %s PARTITION OF"
+             " chime.timers FOR VALUES FROM (%" PRIu64 ") TO (%s); COMMIT",
+             PG_LOCK_PARTITIONS, name, n * width, hi);
     int rc = run(pc, sql);
-    if (rc != PG_FATAL)
-        return rc;
-    /* Two nodes creating it at once: the loser's catalog insert fails. It exists: fine. */
-    snprintf(sql, sizeof sql, "SELECT to_regclass('%s') IS NOT NULL", name);
-    PGresult *r = PQexec(pc->c, sql);
-    rc = chime__pg_status(pc, r);
-    if (rc == PG_OK && !(PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't'))
-        rc = PG_FATAL;
-    PQclear(r);
+    if (rc != PG_OK && rc != PG_LOST)
+        run(pc, "ROLLBACK");
     return rc;
 }
 
