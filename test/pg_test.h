@@ -185,4 +185,23 @@ static inline long long pg_owner(PGconn *c, unsigned shard, char *out, size_t n)
     return e;
 }
 
+/* main() of a test file: start the cluster (or skip the whole file, "1..0 # SKIP", when the
+ * server's binaries are not installed), run the tests, stop and remove the cluster. A failing
+ * test exits at once; the reaper (pg_util.h) removes the cluster then. */
+static inline int pg_tests_main(struct pg_cluster *c, const struct tap_test *tests, int n)
+{
+    int rc = pg_cluster_start(c);
+    if (rc == PG_SKIP) {
+        printf("1..0 # SKIP PostgreSQL is not installed\n");
+        return 0;
+    }
+    if (rc != 0) {
+        printf("Bail out! could not start a PostgreSQL cluster\n");
+        return 1;
+    }
+    rc = tap_run(tests, n);
+    pg_cluster_stop(c);
+    return rc;
+}
+
 #endif /* CHIME_TEST_PG_TEST_H */

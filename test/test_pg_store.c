@@ -167,15 +167,6 @@ static void test_open_refuses_a_database_without_the_schema(void)
 
 int main(void)
 {
-    int rc = pg_cluster_start(&cluster);
-    if (rc == PG_SKIP) {
-        printf("1..0 # SKIP PostgreSQL is not installed\n");
-        return 0;
-    }
-    if (rc != 0) {
-        printf("Bail out! could not start a PostgreSQL cluster\n");
-        return 1;
-    }
     pg_rec_init(&rec);
     static const struct tap_test tests[] = {
         { "put_fires_once_at_its_due_time_and_is_acknowledged",
@@ -190,8 +181,7 @@ int main(void)
           test_pending_timers_survive_a_close_and_fire_after_reopen },
         { "open_refuses_a_database_without_the_schema", test_open_refuses_a_database_without_the_schema },
     };
-    rc = tap_run(tests, (int)(sizeof tests / sizeof *tests));
-    pg_cluster_stop(&cluster);
+    int rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
     pg_rec_free(&rec);
     return rc;
 }
