@@ -404,6 +404,21 @@ CHIME_API void chime_timer_stats(const chime_timer *t, struct chime_stats *out);
  *     put, cancel, sync and dead-letter call returns that error until the store is closed and opened
  *     again (an fsync error cannot be retried safely: the kernel may have dropped the data it failed
  *     to write). Recovery on the next open keeps everything that had been reported durable.
+ *
+ * Durable timers on PostgreSQL. With cfg->postgres set, timers live in a PostgreSQL database (schema
+ * `chime`, created once by `chime-store --postgres CONNINFO init`) that every process opening it
+ * shares; the contract above holds across them. Any process (node) puts and cancels any key; each
+ * key hashes to a shard, and a shard's timers are fired by its owner, the node holding its lease.
+ * Leases expire by the database's clock; a node that dies or is paused past lease_ns loses its
+ * shards to the others, which fire its pending and unacknowledged timers (attempt + 1). Every
+ * firing, acknowledgement and retry is checked against the lease's epoch in the same transaction, so
+ * a node that comes back from a pause cannot record them in its old epoch; a handler already past
+ * its start when the pause began runs on, which is what chime_fire.fence is for. With
+ * CHIME_SYNC_EACH a put or cancel returns once its transaction committed (one commit serves every
+ * thread waiting on that connection: four per process). A lost connection or a restarted server is
+ * retried, not an error: calls wait for it. -EIO then means the database rejected chime's
+ * statements (a damaged or foreign schema). docs/design.md, "Durable timers on PostgreSQL", says
+ * more; the fields are in struct chime_store_config.
  */
 
 typedef struct chime_store chime_store;
@@ -422,7 +437,8 @@ enum chime_sync {
 
 struct chime_store_config {            /* zero fields mean the defaults */
     const char *path;                  /* directory of the journal; created if absent (not its
-                                          parents); one process at a time. Required */
+                                          parents); one process at a time. Required,
+                                          unless postgres is set */
     enum chime_sync sync;              /* 0 = CHIME_SYNC_EACH */
     uint64_t sync_interval_ns;         /* 0 = 1 ms; CHIME_SYNC_INTERVAL only */
     uint64_t horizon_ns;               /* timers due later than now + horizon are kept on disk only;
@@ -491,14 +507,22 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  * is lost.
  * @out: receives the store; untouched on error.  @handler: called for every firing; @ctx is its first
  * argument.
- * Return: 0; -EINVAL if out, cfg, cfg->path or handler is NULL, cfg->sync is not a chime_sync, or the
- *         runtime config is invalid (as chime_timer_new); -EBUSY if another process (or another open
- *         store in this one) has the directory open; -EBADMSG if the journal is damaged other than by a
- *         torn tail (a checksum fails in a file that had been completely written: run `chime-store
- *         verify` on the directory); -ENOMEM; -EIO, -ENOSPC, or another negative errno from the file
+ * Return: 0; -EINVAL if out, cfg or handler is NULL, cfg->path and cfg->postgres are both NULL,
+ *         cfg->sync is not a chime_sync, or the runtime config is invalid (as chime_timer_new);
+ *         -EBUSY if another process (or another open store in this one) has the directory open;
+ *         -EBADMSG if the journal is damaged other than by a torn tail (a checksum fails in a file
+ *         that had been completely written: run `chime-store verify` on the directory); -ENOMEM; -EIO, -ENOSPC, or another negative errno from the file
  *         system (-EACCES, -ENOTDIR, ...); -EAGAIN if a thread could not be started.
+ *         With cfg->postgres: -ENOTSUP if this build has no PostgreSQL support (libpq);
+ *         -ECONNREFUSED if the database cannot be reached (open does not wait for it); -ENOENT if it
+ *         has no schema `chime` (run chime-store --postgres CONNINFO init); -EPROTO if the schema is
+ *         another version; -EINVAL also if cfg->shards differs from the schema's or cfg->node is
+ *         empty or over 63 bytes; -EBUSY if a live process already uses cfg->node; -EIO if the
+ *         database rejects chime's statements.
  * Complexity: O(records in the journal) to replay: the journal is read once (about 5 M records/s, see
- *             docs/perf.md); plus O(timers due within the horizon) to load them.
+ *             docs/perf.md); plus O(timers due within the horizon) to load them. With PostgreSQL: a
+ *             few connections (ten per node), one lease round (which takes this node's share of
+ *             the free shards), and a read of the owned shards' timers due within the horizon.
  * Thread safety: any thread.
  */
 CHIME_API int chime_store_open(chime_store **out, const struct chime_store_config *cfg,
