@@ -92,7 +92,8 @@ static inline struct pg_put_info *pg_oracle_put(struct pg_oracle *o, const char 
 /* The state of one key while its generator's lines are read in order. */
 struct pg_key_state {
     char key[64];
-    struct pg_put_info *last_put; /* the latest acknowledged put (the victim of a cancel) */
+    size_t last_put;              /* the latest acknowledged put (the victim of a cancel): its
+                                     index in puts + 1 (puts moves as it grows), 0 if none */
     char last;                    /* 'P' or 'C': the latest acknowledged call */
     int open;                     /* a call began and has not ended (a kill cut it short) */
 };
@@ -156,16 +157,17 @@ static inline void pg_oracle_read(struct pg_oracle *o, const char *path, const c
             snprintf(p->key, sizeof p->key, "%s", key);
             p->due = a;
             p->acked_at = b;
-            k->last_put = p;
+            k->last_put = (size_t)(p - o->puts) + 1;
             k->last = 'P';
             k->open = 0;
         } else if (op == 'C') {
             CHECK(sscanf(line, "C %63s %" SCNu64, key, &a) == 2, "bad line %s", line);
-            CHECK(k->last_put != NULL, "%s: a cancel of %s returned 0 with no put before it", node,
+            CHECK(k->last_put != 0, "%s: a cancel of %s returned 0 with no put before it", node,
                   key);
-            /* k->last_put is the version it ended (nothing of this key began in between) */
-            if (!k->last_put->cancelled_at)
-                k->last_put->cancelled_at = a;
+            /* the last put is the version it ended (nothing of this key began in between) */
+            struct pg_put_info *victim = &o->puts[k->last_put - 1];
+            if (!victim->cancelled_at)
+                victim->cancelled_at = a;
             k->last = 'C';
             k->open = 0;
         } else if (op == 'c') {
@@ -175,7 +177,7 @@ static inline void pg_oracle_read(struct pg_oracle *o, const char *path, const c
     fclose(f);
     for (size_t i = 0; i < nks; i++)
         if (ks[i].last == 'P' && !ks[i].open)
-            ks[i].last_put->expected = 1;
+            o->puts[ks[i].last_put - 1].expected = 1;
     free(ks);
 }
 
