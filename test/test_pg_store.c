@@ -156,6 +156,46 @@ static void test_pending_timers_survive_a_close_and_fire_after_reopen(void)
     CHECK_EQ(chime_store_close(s), 0);
 }
 
+/* Put, through node b, a key of a shard node a owns, due soon; wait for a's firing. */
+static void put_through_other_node(chime_store *a, chime_store *b, struct pg_rec *ra, const char *prefix)
+{
+    PGconn *c = pg_connect_or_die(conninfo);
+    long long shard = pg_value(c, "SELECT min(shard) FROM chime.shards WHERE owner = 'a'"
+                                  " AND expires > now()");
+    PQfinish(c);
+    CHECK(shard >= 0, "a owns no shard");
+    char key[64];
+    pg_key_in_shard(key, sizeof key, prefix, (unsigned)shard, SHARDS);
+    uint64_t due = wall_ns() + 300 * MS;
+    CHECK_EQ(chime_store_put(b, key, strlen(key), "x", 1, due), 0);
+    struct pg_firing f;
+    pg_rec_wait_key(ra, key, 1, &f);
+    CHECK(f.at >= due, "early");
+    store_wait_idle(a);
+}
+
+static void test_a_put_for_another_nodes_shard_reaches_it_with_or_without_notifications(void)
+{
+    fresh();
+    struct pg_rec ra;
+    pg_rec_init(&ra);
+    chime_store *a = NULL, *b = NULL;
+    CHECK_EQ(pg_open_node(&a, conninfo, "a", &ra, 2 * SEC, 0), 0);
+    CHECK_EQ(pg_open_node(&b, conninfo, "b", &rec, 2 * SEC, 0), 0);
+    struct chime__backend *ab = a->b;
+    /* notifications lost: only the owner's poll can deliver it (pg.h, P7) */
+    chime__pg_drop_notifications(1);
+    put_through_other_node(a, b, &ra, "lost");
+    CHECK_EQ(atomic_load(&ab->notified), 0);
+    chime__pg_drop_notifications(0);
+    /* and with them, the hint */
+    put_through_other_node(a, b, &ra, "hinted");
+    CHECK(atomic_load(&ab->notified) >= 1, "no notification arrived");
+    CHECK_EQ(chime_store_close(b), 0);
+    CHECK_EQ(chime_store_close(a), 0);
+    pg_rec_free(&ra);
+}
+
 static void test_open_refuses_a_database_without_the_schema(void)
 {
     chime_store *s = NULL;
@@ -179,6 +219,8 @@ int main(void)
           test_retries_count_attempts_and_dead_letters_can_be_requeued },
         { "pending_timers_survive_a_close_and_fire_after_reopen",
           test_pending_timers_survive_a_close_and_fire_after_reopen },
+        { "a_put_for_another_nodes_shard_reaches_it_with_or_without_notifications",
+          test_a_put_for_another_nodes_shard_reaches_it_with_or_without_notifications },
         { "open_refuses_a_database_without_the_schema", test_open_refuses_a_database_without_the_schema },
     };
     int rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));

@@ -227,12 +227,23 @@ static int hexval(int c)
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
+static _Atomic int drop_notifications; /* the test hook below */
+
+void chime__pg_drop_notifications(int on)
+{
+    atomic_store_explicit(&drop_notifications, on, memory_order_relaxed); /* a test's switch */
+}
+
 /* Note the keys of notifications for shards this node holds. */
 static void collect(struct loader *ld)
 {
     PGnotify *nt;
     unsigned char key[CHIME_STORE_KEY_MAX];
     while ((nt = PQnotifies(ld->pc->c))) {
+        if (atomic_load_explicit(&drop_notifications, memory_order_relaxed)) {
+            PQfreemem(nt); /* lost, as with a connection that dropped */
+            continue;
+        }
         char *colon = strchr(nt->extra, ':');
         unsigned shard = (unsigned)strtoul(nt->extra, NULL, 10);
         size_t hex = colon ? strlen(colon + 1) : 1;

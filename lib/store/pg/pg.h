@@ -314,6 +314,10 @@ void chime__pg_takeover(struct chime__backend *b, const int32_t *shards, const i
  * shard. Copies t. */
 void chime__pg_arm_later(struct chime__backend *b, const struct chime__timer *t);
 
+/* Test hook: while on, every node of this process drops the notifications it receives, as if
+ * they were lost with a connection (P7 says the poll then delivers). */
+void chime__pg_drop_notifications(int on);
+
 /* house.c */
 int chime__pg_house_start(struct chime__backend *b);
 void chime__pg_house_stop(struct chime__backend *b);
