@@ -4,7 +4,7 @@
  * then three nodes on one database. One of them is killed (SIGKILL) as soon as its orders are put:
  * the other two must take its shards and time its orders out too. Checks: every order of every
  * node timed out at least once and none early; init is idempotent; the two survivors close cleanly
- * and `chime-store --postgres CONNINFO count` then shows nothing pending.
+ * and `chime-store --postgres CONNINFO count` then shows nothing pending, status the dead node.
  *
  * Usage (meson passes both): test_pg_example CHIME_STORE_TOOL PG_ORDERS_EXAMPLE
  */
@@ -166,6 +166,10 @@ static void test_three_nodes_time_out_every_order_and_take_over_a_killed_one(voi
     CHECK(lines >= ORDERS * NODES, "%u lines", lines);
     CHECK_EQ(run_tool(conninfo, "count", NULL, NULL, out, sizeof out), 0);
     CHECK(strstr(out, "pending: 0 ") != NULL, "after the run: %s", out);
+    CHECK_EQ(run_tool(conninfo, "status", NULL, NULL, out, sizeof out), 0);
+    CHECK(strstr(out, "north") && strstr(out, "dead"), "status shows the killed node: %s", out);
+    CHECK_EQ(run_tool(conninfo, "list", NULL, NULL, out, sizeof out), 0);
+    CHECK_EQ(run_tool(conninfo, "dead", NULL, NULL, out, sizeof out), 0);
 }
 
 int main(int argc, char **argv)
