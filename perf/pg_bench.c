@@ -13,9 +13,10 @@
  *                   a lane's batch is what its waiting callers put, so the thread count matters;
  *   fire_ack        FIRE_N timers due at one instant; from that instant until every handler
  *                   returned 0 and chime_store_sync confirmed every acknowledgement committed;
- *   takeover        node A (a child process) puts TAKEOVER_N timers (1000 of them due in the
- *                   seconds after the kill, the rest spread over the hour after it); node B joins
- *                   and takes its share; A is killed (SIGKILL); reported: when B had A's shards
+ *   takeover        node A (a child process) puts TAKEOVER_N timers due 5 to 50 minutes ahead;
+ *                   node B joins, takes its half of the shards and loads their timers; 1000 of
+ *                   A's are made due in the 2 s after the kill (an UPDATE), and A is killed
+ *                   (SIGKILL); reported: when B had A's shards
  *                   (database time of the acquisitions) and when the last of the overdue timers
  *                   fired, both from the kill, against lease_ns.
  *
@@ -265,8 +266,9 @@ static void takeover(const char *conninfo)
         _Atomic uint64_t fired = 0;
         chime_store *s = open_node(conninfo, "A", &fired);
         uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-        uint64_t base = now_ns(CLOCK_REALTIME) + 600 * SEC; /* none fires while A runs */
-        put_all(s, threads, takeover_n, base + 10 * SEC, 3600 * SEC, NULL);
+        /* due 5 to 50 minutes ahead: none fires while A runs, and all are within the horizon
+         * (an hour), so both nodes hold their shards' timers in memory */
+        put_all(s, threads, takeover_n, now_ns(CLOCK_REALTIME) + 300 * SEC, 2700 * SEC, NULL);
         double secs = (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9;
         printf("takeover: node A put %u timers in %.1f s\n", takeover_n, secs);
         fflush(stdout);
@@ -285,15 +287,34 @@ static void takeover(const char *conninfo)
     chime_store *b = open_node(conninfo, "B", &fired);
     char sql[600];
     for (;;) { /* B has its share (half) */
-        PGresult *r = PQexec(pc, "SELECT count(*) FROM chime.shards WHERE owner = 'B'"
-                                 " AND expires > now()");
-        long held = atol(PQgetvalue(r, 0, 0));
+        PGresult *r = PQexec(pc, "SELECT count(*) FILTER (WHERE owner = 'B'),"
+                                 " count(*) FILTER (WHERE owner = 'A') FROM chime.shards"
+                                 " WHERE expires > now()");
+        long held = atol(PQgetvalue(r, 0, 0)), by_a = atol(PQgetvalue(r, 0, 1));
         PQclear(r);
-        if (held >= 128)
+        if (held == 128 && by_a == 128)
+            break;
+        if (held > 128) {
+            fprintf(stderr, "pg_bench: node A lost its leases while it put (B holds %ld)\n", held);
+            exit(1);
+        }
+        struct timespec ts = { 0, 20000000 };
+        nanosleep(&ts, NULL);
+    }
+    /* B in its steady state: every timer of its half loaded (a takeover queues behind a load) */
+    PGresult *q = PQexec(pc, "SELECT count(*) FROM chime.keys k JOIN chime.shards s"
+                             " ON s.shard = k.shard WHERE s.owner = 'B' AND k.end_epoch IS NULL");
+    uint64_t mine = (uint64_t)atoll(PQgetvalue(q, 0, 0));
+    PQclear(q);
+    for (struct chime_store_stats st;;) {
+        chime_store_stats(b, &st);
+        if (st.loaded >= mine)
             break;
         struct timespec ts = { 0, 20000000 };
         nanosleep(&ts, NULL);
     }
+    printf("takeover: node B holds half the shards and has loaded their %" PRIu64 " timers\n",
+           mine);
     kill_at = now_ns(CLOCK_REALTIME) + 1 * SEC;
     /* The 1000 earliest of A's shards' timers become due in [kill, kill + 2 s) (A loaded nothing
      * of them: they were 10 min away; B reads them when it takes A's shards). */
@@ -308,6 +329,10 @@ static void takeover(const char *conninfo)
     PGresult *r = PQexec(pc, sql);
     if (PQresultStatus(r) != PGRES_COMMAND_OK)
         die(PQerrorMessage(pc));
+    if (atoi(PQcmdTuples(r)) != 1000) {
+        fprintf(stderr, "pg_bench: %s of A's timers made due at the kill\n", PQcmdTuples(r));
+        exit(1);
+    }
     PQclear(r);
     while (now_ns(CLOCK_REALTIME) < kill_at) {
         struct timespec ts = { 0, 1000000 };
@@ -351,6 +376,12 @@ int main(int argc, char **argv)
     if (rc != 0)
         die(rc == PG_SKIP ? "PostgreSQL is not installed" : "the cluster did not start");
     char conninfo[600];
+    if (getenv("PG_BENCH_TAKEOVER_ONLY")) { /* a shortcut while working on takeovers */
+        db("takeover", conninfo, sizeof conninfo);
+        takeover(conninfo);
+        pg_cluster_stop(&cluster);
+        return 0;
+    }
     db("raw", conninfo, sizeof conninfo);
     printf("insert_1conn: %.0f rows/s (1000 rows per transaction)\n", insert_rate(conninfo, 1));
     printf("insert_4conn: %.0f rows/s (1000 rows per transaction, 4 connections)\n",
