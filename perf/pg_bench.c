@@ -28,6 +28,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <sys/prctl.h>
 
 #include "chime.h"
 
@@ -261,6 +262,7 @@ static void takeover(const char *conninfo)
     fflush(stdout);
     pid_t a = fork();
     if (a == 0) { /* node A: everything, then wait to be killed */
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* also if the benchmark dies first */
         pg_cluster_forked(&cluster);
         close(ready[0]);
         _Atomic uint64_t fired = 0;
