@@ -9,7 +9,8 @@
  *   2. renewal: every shard this node (owner, token) holds unexpired gets expires = now() + lease;
  *      the rows returned are the leases it holds, each in its epoch. A lease locally believed and
  *      not returned was lost (the node was paused past it, and another took it): it is dropped
- *      and the logic told (sink->revoke). A lease returned and not locally believed (it lapsed
+ *      and the logic told (sink->revoke, which the loader thread calls: chime__pg_revoke_later
+ *      says why this thread never does). A lease returned and not locally believed (it lapsed
  *      locally, e.g. the renewal came late, but the database had not expired it) is taken back:
  *      registered again and taken over (its timers were dropped when it lapsed);
  *   3. the nodes alive (expires > now()) and every shard's owner and time left.
@@ -271,7 +272,7 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
         }
         free(db);
         if (revoke)
-            b->sink.revoke(b->sink.ctx);
+            chime__pg_revoke_later(b);
         take(b, list, epochs, nback, sent);
 
         /* 3. the balance */
@@ -338,7 +339,7 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
             }
         }
         if (ndrain)
-            b->sink.revoke(b->sink.ctx);
+            chime__pg_revoke_later(b);
     }
     PQclear(hb);
     PQclear(renewed);
@@ -365,7 +366,7 @@ static void *lease_main(void *arg)
         else if (lease_round(b, &rs, &wake) == PG_LOST)
             chime__pg_disconnect(&b->lease_conn);
         if (drop_lapsed(b))
-            b->sink.revoke(b->sink.ctx);
+            chime__pg_revoke_later(b);
         pthread_mutex_lock(&b->lease_lock);
         while (!atomic_load_explicit(&b->stop, memory_order_acquire) && chime__pg_mono() < wake) {
             struct timespec ts = { (time_t)(wake / 1000000000u), (long)(wake % 1000000000u) };

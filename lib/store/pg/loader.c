@@ -287,12 +287,23 @@ static int run_tasks(struct loader *ld)
     }
 }
 
+void chime__pg_revoke_later(struct chime__backend *b)
+{
+    /* release: pairs with the acquire exchange in loader_main (nothing else is published by it) */
+    atomic_store_explicit(&b->revoke_wanted, 1, memory_order_release);
+    uint64_t one = 1;
+    ssize_t w = write(b->wake_fd, &one, sizeof one);
+    (void)w; /* an eventfd counter does not overflow here */
+}
+
 static void *loader_main(void *arg)
 {
     struct loader *ld = arg;
     struct chime__backend *b = ld->b;
     uint64_t next_poll = chime__pg_mono() + POLL_NS;
     while (!atomic_load_explicit(&b->stop, memory_order_acquire)) { /* pairs with loader_stop */
+        if (atomic_exchange_explicit(&b->revoke_wanted, 0, memory_order_acquire))
+            b->sink.revoke(b->sink.ctx); /* see chime__pg_revoke_later */
         if (!ld->pc->c) {
             if (chime__pg_reconnect(ld->pc, &b->stop) != 0)
                 break;

@@ -238,6 +238,7 @@ struct chime__backend {
     struct pg_task *tasks, *tasks_tail; /* takeovers and arms, in order */
     int wake_fd;                  /* eventfd: a task is queued, or stop */
     _Atomic int poll_now;         /* run a poll at once (a batch's results were lost) */
+    _Atomic int revoke_wanted;    /* call sink->revoke (leases were lost or are draining) */
 
     /* the housekeeper (house.c) */
     pthread_t house_thread;
@@ -310,6 +311,12 @@ void chime__pg_loader_stop(struct chime__backend *b);
  * before max_until, read after they were registered (P7). */
 void chime__pg_takeover(struct chime__backend *b, const int32_t *shards, const int64_t *epochs,
                         size_t n);
+/* Have the loader thread call sink->revoke soon. The lease thread never calls it itself: the
+ * logic's revoke walks every loaded timer (seconds with 10^6 of them on a busy machine), and a lease
+ * thread busy that long misses its renewals and loses the rest of its leases. Safety does not wait
+ * for it: a lost or draining shard's fences are invalid at once (chime__pg_holds), so its timers
+ * neither start nor record anything meanwhile. */
+void chime__pg_revoke_later(struct chime__backend *b);
 /* Arm a timer this node put (after its commit): the loader calls sink->arm if it still holds the
  * shard. Copies t. */
 void chime__pg_arm_later(struct chime__backend *b, const struct chime__timer *t);
