@@ -135,6 +135,10 @@ static inline int pg_util_run(const struct pg_cluster *c, const char *log, const
         int null = open("/dev/null", O_RDONLY);
         if (null >= 0)
             dup2(null, 0);
+        /* nothing else of ours: a server started here outlives this call, and must not hold the
+         * test's pipes (a node would never see its end of file) or a benchmark's flock */
+        for (int fd = 3; fd < 1024; fd++)
+            close(fd);
         execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
