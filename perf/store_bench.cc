@@ -462,6 +462,7 @@ void register_store_benchmarks() {
   add("BM_store_lateness", {}, {}, BM_store_lateness, once);
   add("BM_store_memory", {"timers"}, {int64_t(sized(300000, 1000000, 10000000))}, BM_store_memory, once);
   add("BM_store_churn_disk", {"ops"}, {int64_t(sized(300000, 1000000, 5000000))}, BM_store_churn_disk, once);
+  register_store_baselines();
 }
 
 void print_store_summary() {
@@ -498,6 +499,25 @@ void print_store_summary() {
   std::printf("\nthe durable store's goals (issue 10) measured in this run (information only):\n");
   for (const Goal &g : goals)
     if (g.got >= 0) std::printf("  %-80s %10.2f  %s\n", g.what, g.got, g.met ? "met" : "not met");
+  // Against the baselines of the same run (store_baselines.cc).
+  const struct {
+    const char *what;
+    double num, den;
+  } ratios[] = {
+      {"SYNC_EACH 64 threads / raw append, one fdatasync per 64 records", each, figure("store_raw_append_64_kps")},
+      {"SYNC_EACH 1 thread / raw append, one fdatasync per record", figure("store_put_each_1t_far_kps"),
+       figure("store_raw_append_1_kps")},
+      {"SYNC_INTERVAL 2 threads / raw append, one fdatasync per 4096 records", interval,
+       figure("store_raw_append_4096_kps")},
+      {"lateness p99: store / runtime alone", p99, figure("store_runtime_lateness_p99_us")},
+  };
+  bool head = false;
+  for (const auto &r : ratios)
+    if (r.num >= 0 && r.den > 0) {
+      if (!head) std::printf("\nthe durable store against its baselines in this run (ratio):\n");
+      head = true;
+      std::printf("  %-80s %10.3f\n", r.what, r.num / r.den);
+    }
 }
 
 }  // namespace perf
