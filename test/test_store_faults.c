@@ -19,8 +19,8 @@
 static char *dir;
 static struct recorder rec;
 
-/* Whether fd is one of the log's segments (by its path in /proc). */
-static int is_wal(int fd)
+/* Whether fd's path (in /proc) contains `part`: "/wal-" for the log's segments, "/run-" for runs. */
+static int is_file(int fd, const char *part)
 {
     char link[64], path[512];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
@@ -28,16 +28,22 @@ static int is_wal(int fd)
     if (n <= 0)
         return 0;
     path[n] = 0;
-    return strstr(path, "/wal-") != NULL;
+    return strstr(path, part) != NULL;
 }
 
-/* ---- failing one kind of operation on the log's segments ---- */
+static int is_wal(int fd)
+{
+    return is_file(fd, "/wal-");
+}
+
+/* ---- failing one kind of operation on the log's segments (or on runs) ---- */
 
 struct failing {
     _Atomic int armed;
     enum chime__io_op op;
     int err;
     _Atomic int hits;
+    const char *file; /* the files it fails on (is_file); NULL: the log's segments */
 };
 static struct failing failing;
 
@@ -45,7 +51,7 @@ static int fail_wal_op(void *ctx, enum chime__io_op op, const char *name, int fd
 {
     struct failing *f = ctx;
     (void)name;
-    if (!atomic_load(&f->armed) || op != f->op || fd < 0 || !is_wal(fd))
+    if (!atomic_load(&f->armed) || op != f->op || fd < 0 || !is_file(fd, f->file ? f->file : "/wal-"))
         return 0;
     atomic_fetch_add(&f->hits, 1);
     return f->err;
@@ -70,6 +76,16 @@ static int put_key(chime_store *s, int i, uint64_t due)
     char key[16];
     snprintf(key, sizeof key, "key%d", i);
     return chime_store_put(s, key, strlen(key), "payload", 7, due);
+}
+
+/* key0..key9, put and acknowledged before a fault, are pending after the reopen: cancel each. */
+static void cancel_the_ten_acknowledged(chime_store *s)
+{
+    for (int i = 0; i < 10; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "key%d", i);
+        CHECK(chime_store_cancel(s, key, strlen(key)) == 0, "acknowledged put of %s lost", key);
+    }
 }
 
 /* An I/O error: the call that met it and every later one fail; nothing more is fired; a reopen finds
@@ -103,11 +119,7 @@ static void io_error_fails_for_good_and_loses_nothing_acknowledged(enum chime__i
     recorder_wait(&rec, 1); /* key100 fires now (it is overdue), as its first attempt */
     CHECK(strcmp(rec.f[0].key, "key100") == 0, "fired %s", rec.f[0].key);
     CHECK_EQ(rec.f[0].attempt, 1);
-    for (int i = 0; i < 10; i++) { /* the ten far ones: all there (the failed cancel did not happen) */
-        char key[16];
-        snprintf(key, sizeof key, "key%d", i);
-        CHECK(chime_store_cancel(s, key, strlen(key)) == 0, "acknowledged put of %s lost", key);
-    }
+    cancel_the_ten_acknowledged(s); /* all there (the failed cancel did not happen) */
     CHECK_EQ(chime_store_close(s), 0);
 }
 
@@ -348,6 +360,48 @@ static void the_process_ending_at_any_step_of_a_flush_or_merge_loses_nothing(voi
            points, completed, whole);
 }
 
+/* A write or sync of a run failing in the flusher (the log's own writes succeed): the store fails for
+ * good as for the log's errors, and a reopen finds every acknowledged put in the segments the failed
+ * flush left. */
+static void run_error_fails_for_good_and_loses_nothing_acknowledged(enum chime__io_op op)
+{
+    fresh();
+    failing = (struct failing){ .op = op, .err = -EIO, .file = "/run-" };
+    chime__io_set_fault(fail_wal_op, &failing);
+    chime_store *s = open_store();
+    uint64_t far = wall_ns() + 3600 * SEC;
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(put_key(s, i, far), 0);
+    atomic_store(&failing.armed, 1);
+    /* a listing flushes the log into a run first: that flush meets the fault */
+    CHECK_EQ(chime_store_dead_list(s, no_dead, NULL), -EIO);
+    atomic_store(&failing.armed, 0);
+    CHECK(atomic_load(&failing.hits) >= 1, "the fault was never hit");
+    CHECK_EQ(put_key(s, 10, far), -EIO);
+    CHECK_EQ(chime_store_cancel(s, "key1", 4), -EIO);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.error, -EIO);
+    CHECK_EQ(chime_store_close(s), -EIO);
+    chime__io_set_fault(NULL, NULL);
+
+    s = open_store();
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 10);
+    cancel_the_ten_acknowledged(s);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static void a_failed_run_write_in_the_flusher_is_eio_for_good(void)
+{
+    run_error_fails_for_good_and_loses_nothing_acknowledged(CHIME_IO_WRITE);
+}
+
+static void a_failed_run_fsync_in_the_flusher_is_eio_for_good(void)
+{
+    run_error_fails_for_good_and_loses_nothing_acknowledged(CHIME_IO_SYNC);
+}
+
 static const struct tap_test tests[] = {
     { "a_failed_log_write_is_eio_for_good", a_failed_log_write_is_eio_for_good },
     { "a_failed_log_fdatasync_is_eio_for_good", a_failed_log_fdatasync_is_eio_for_good },
@@ -355,6 +409,10 @@ static const struct tap_test tests[] = {
       a_full_disk_is_enospc_for_good_and_loses_nothing_acknowledged },
     { "the_process_ending_at_any_step_of_a_flush_or_merge_loses_nothing",
       the_process_ending_at_any_step_of_a_flush_or_merge_loses_nothing },
+    { "a_failed_run_write_in_the_flusher_is_eio_for_good",
+      a_failed_run_write_in_the_flusher_is_eio_for_good },
+    { "a_failed_run_fsync_in_the_flusher_is_eio_for_good",
+      a_failed_run_fsync_in_the_flusher_is_eio_for_good },
 };
 
 int main(void)
