@@ -406,17 +406,22 @@ void BM_store_churn_disk(benchmark::State &st) {
     std::vector<uint64_t> slot(live);
     for (uint64_t i = 0; i < live; i++) slot[i] = i;
     uint64_t next = live, x = 88172645463325252u, biggest = 0;
-    bool bad = false;
+    std::string bad;  // the first call that failed
     uint64_t t0 = mono_ns();
     for (uint64_t op = 0; op < ops; op++) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       uint64_t i = x % live;
       char key[16];
       key_of(slot[i], key);
-      bad |= chime_store_cancel(s, key, 16) != 0;
+      int err = chime_store_cancel(s, key, 16);
+      if (err && bad.empty())
+        bad = "cancel of live timer " + std::to_string(slot[i]) + " in round " + std::to_string(op) + ": " +
+              chime_strerror(err);
       slot[i] = next++;
       key_of(slot[i], key);
-      bad |= chime_store_put(s, key, 16, kPayload, 64, due + x % kDay) != 0;
+      err = chime_store_put(s, key, 16, kPayload, 64, due + x % kDay);
+      if (err && bad.empty())
+        bad = "put of " + std::to_string(slot[i]) + " in round " + std::to_string(op) + ": " + chime_strerror(err);
       if ((op & 0xffff) == 0) {
         struct chime_store_stats stats;
         chime_store_stats(s, &stats);
@@ -429,7 +434,9 @@ void BM_store_churn_disk(benchmark::State &st) {
     chime_store_stats(s, &stats);
     biggest = std::max(biggest, stats.journal_bytes);
     chime_store_close(s);
-    if (bad || stats.pending != live) return (void)fail(st, "churn: an operation failed");
+    if (!bad.empty()) return (void)fail(st, "churn: " + bad);
+    if (stats.pending != live)
+      return (void)fail(st, "churn: " + std::to_string(stats.pending) + " pending, not " + std::to_string(live));
     // A live timer here is one 144-byte record (64 header + 16 key + 64 payload).
     double live_mb = double(live) * 144 / 1e6;
     st.SetIterationTime(secs);
