@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Faults, injected at the store's one I/O point (lib/store/io.h): a write or an fdatasync of the log
- * failing with -EIO, the disk filling up (-ENOSPC when a segment is preallocated), and the process
+ * failing with -EIO, the disk filling up (-ENOSPC when a segment is preallocated), a write or sync of
+ * a run failing in the flusher (-EIO, -ENOSPC), and the process
  * ending at every file-system step of flushes, merges and recovery (segment creation, run writes,
  * syncs, renames, unlinks), checked against an oracle of what was acknowledged.
  * CHIME_FAULT_POINTS (default 300) sets how many crash points are tried; CHIME_SEED the seed.
@@ -360,13 +361,13 @@ static void the_process_ending_at_any_step_of_a_flush_or_merge_loses_nothing(voi
            points, completed, whole);
 }
 
-/* A write or sync of a run failing in the flusher (the log's own writes succeed): the store fails for
- * good as for the log's errors, and a reopen finds every acknowledged put in the segments the failed
- * flush left. */
-static void run_error_fails_for_good_and_loses_nothing_acknowledged(enum chime__io_op op)
+/* A write or sync of a run failing in the flusher with err (the log's own writes succeed): the store
+ * fails for good as for the log's errors, and a reopen finds every acknowledged put in the segments
+ * the failed flush left. */
+static void run_error_fails_for_good_and_loses_nothing_acknowledged(enum chime__io_op op, int err)
 {
     fresh();
-    failing = (struct failing){ .op = op, .err = -EIO, .file = "/run-" };
+    failing = (struct failing){ .op = op, .err = err, .file = "/run-" };
     chime__io_set_fault(fail_wal_op, &failing);
     chime_store *s = open_store();
     uint64_t far = wall_ns() + 3600 * SEC;
@@ -374,15 +375,15 @@ static void run_error_fails_for_good_and_loses_nothing_acknowledged(enum chime__
         CHECK_EQ(put_key(s, i, far), 0);
     atomic_store(&failing.armed, 1);
     /* a listing flushes the log into a run first: that flush meets the fault */
-    CHECK_EQ(chime_store_dead_list(s, no_dead, NULL), -EIO);
+    CHECK_EQ(chime_store_dead_list(s, no_dead, NULL), err);
     atomic_store(&failing.armed, 0);
     CHECK(atomic_load(&failing.hits) >= 1, "the fault was never hit");
-    CHECK_EQ(put_key(s, 10, far), -EIO);
-    CHECK_EQ(chime_store_cancel(s, "key1", 4), -EIO);
+    CHECK_EQ(put_key(s, 10, far), err);
+    CHECK_EQ(chime_store_cancel(s, "key1", 4), err);
     struct chime_store_stats st;
     chime_store_stats(s, &st);
-    CHECK_EQ(st.error, -EIO);
-    CHECK_EQ(chime_store_close(s), -EIO);
+    CHECK_EQ(st.error, err);
+    CHECK_EQ(chime_store_close(s), err);
     chime__io_set_fault(NULL, NULL);
 
     s = open_store();
@@ -394,12 +395,17 @@ static void run_error_fails_for_good_and_loses_nothing_acknowledged(enum chime__
 
 static void a_failed_run_write_in_the_flusher_is_eio_for_good(void)
 {
-    run_error_fails_for_good_and_loses_nothing_acknowledged(CHIME_IO_WRITE);
+    run_error_fails_for_good_and_loses_nothing_acknowledged(CHIME_IO_WRITE, -EIO);
 }
 
 static void a_failed_run_fsync_in_the_flusher_is_eio_for_good(void)
 {
-    run_error_fails_for_good_and_loses_nothing_acknowledged(CHIME_IO_SYNC);
+    run_error_fails_for_good_and_loses_nothing_acknowledged(CHIME_IO_SYNC, -EIO);
+}
+
+static void a_full_disk_while_flushing_is_enospc_for_good(void)
+{
+    run_error_fails_for_good_and_loses_nothing_acknowledged(CHIME_IO_WRITE, -ENOSPC);
 }
 
 static const struct tap_test tests[] = {
@@ -413,6 +419,7 @@ static const struct tap_test tests[] = {
       a_failed_run_write_in_the_flusher_is_eio_for_good },
     { "a_failed_run_fsync_in_the_flusher_is_eio_for_good",
       a_failed_run_fsync_in_the_flusher_is_eio_for_good },
+    { "a_full_disk_while_flushing_is_enospc_for_good", a_full_disk_while_flushing_is_enospc_for_good },
 };
 
 int main(void)
