@@ -2,9 +2,9 @@
 /*
  * Faults, injected at the store's one I/O point (lib/store/io.h): a write or an fdatasync of the log
  * failing with -EIO, the disk filling up (-ENOSPC when a segment is preallocated), a write or sync of
- * a run failing in the flusher (-EIO, -ENOSPC), and the process
- * ending at every file-system step of flushes, merges and recovery (segment creation, run writes,
- * syncs, renames, unlinks), checked against an oracle of what was acknowledged.
+ * a run failing in the flusher (-EIO, -ENOSPC), and the process ending at every file-system step of
+ * flushes, merges and recovery (segment creation, run writes, syncs, renames, unlinks), checked
+ * against an oracle of what was acknowledged.
  * CHIME_FAULT_POINTS (default 300) sets how many crash points are tried; CHIME_SEED the seed.
  */
 #include "store_util.h"
