@@ -408,6 +408,43 @@ static void a_full_disk_while_flushing_is_enospc_for_good(void)
     run_error_fails_for_good_and_loses_nothing_acknowledged(CHIME_IO_WRITE, -ENOSPC);
 }
 
+/* Creating a segment is slow (every open of one takes 20 ms): the writer, finding none prepared,
+ * creates the next one itself while the flusher, done with a flush, prepares one too. They must not
+ * both create the same segment (one would fail with -EEXIST, and a writer that fails fails the store). */
+static int slow_segment_open(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    (void)ctx;
+    (void)fd;
+    if (op == CHIME_IO_OPEN && name && !strncmp(name, "wal-", 4))
+        sleep_ms(20); /* injected slowness, not synchronisation */
+    return 0;
+}
+
+static void the_writer_and_the_flusher_never_create_the_same_segment(void)
+{
+    fresh();
+    chime__io_set_fault(slow_segment_open, NULL);
+    struct chime_store_config cfg = { .path = dir, .sync = CHIME_SYNC_INTERVAL };
+    chime_store *s;
+    CHECK_EQ(chime_store_open(&s, &cfg, recorder_handler, &rec), 0);
+    static char big[60000];
+    memset(big, 'b', sizeof big);
+    uint64_t far = wall_ns() + 3600 * SEC;
+    for (int i = 0; i < 400; i++) { /* 24 MB: two dozen 1 MiB segments, each sealed and flushed */
+        char key[16];
+        snprintf(key, sizeof key, "big%d", i);
+        int err = chime_store_put(s, key, strlen(key), big, sizeof big, far);
+        CHECK(err == 0, "put %d: %s (%d)", i, chime_strerror(err), err);
+    }
+    CHECK_EQ(chime_store_sync(s), 0);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.error, 0);
+    CHECK_EQ(st.pending, 400);
+    CHECK_EQ(chime_store_close(s), 0);
+    chime__io_set_fault(NULL, NULL);
+}
+
 static const struct tap_test tests[] = {
     { "a_failed_log_write_is_eio_for_good", a_failed_log_write_is_eio_for_good },
     { "a_failed_log_fdatasync_is_eio_for_good", a_failed_log_fdatasync_is_eio_for_good },
@@ -420,6 +457,8 @@ static const struct tap_test tests[] = {
     { "a_failed_run_fsync_in_the_flusher_is_eio_for_good",
       a_failed_run_fsync_in_the_flusher_is_eio_for_good },
     { "a_full_disk_while_flushing_is_enospc_for_good", a_full_disk_while_flushing_is_enospc_for_good },
+    { "the_writer_and_the_flusher_never_create_the_same_segment",
+      the_writer_and_the_flusher_never_create_the_same_segment },
 };
 
 int main(void)
