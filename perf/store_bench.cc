@@ -416,12 +416,12 @@ void BM_store_churn_disk(benchmark::State &st) {
       int err = chime_store_cancel(s, key, 16);
       if (err && bad.empty())
         bad = "cancel of live timer " + std::to_string(slot[i]) + " in round " + std::to_string(op) + ": " +
-              chime_strerror(err);
+              chime_strerror(err) + " (" + std::to_string(err) + ")";
       slot[i] = next++;
       key_of(slot[i], key);
       err = chime_store_put(s, key, 16, kPayload, 64, due + x % kDay);
       if (err && bad.empty())
-        bad = "put of " + std::to_string(slot[i]) + " in round " + std::to_string(op) + ": " + chime_strerror(err);
+        bad = "put of " + std::to_string(slot[i]) + " in round " + std::to_string(op) + ": " + chime_strerror(err) + " (" + std::to_string(err) + ")";
       if ((op & 0xffff) == 0) {
         struct chime_store_stats stats;
         chime_store_stats(s, &stats);
