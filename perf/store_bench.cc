@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-// The durable store's workloads (issue 10): put throughput with CHIME_SYNC_INTERVAL from 2 threads and
+// The durable store's workloads: put throughput with CHIME_SYNC_INTERVAL from 2 threads and
 // with CHIME_SYNC_EACH from 64, fire + handler + durable acknowledgement, reopen (records replayed per
 // second), firing lateness once loaded, resident memory with 10^7 far timers, and the journal's size
 // under put/cancel churn with 10^4 live timers.
@@ -503,7 +503,7 @@ void print_store_summary() {
       {"store: 10^7 timers due 1-30 days ahead, under 64 MB resident once open", mem, mem < 64},
       {"store: churn with 10^4 live, journal at most 8x the live data (x)", churn, churn <= 8},
   };
-  std::printf("\nthe durable store's goals (issue 10) measured in this run (information only):\n");
+  std::printf("\nthe durable store's goals measured in this run (information only):\n");
   for (const Goal &g : goals)
     if (g.got >= 0) std::printf("  %-80s %10.2f  %s\n", g.what, g.got, g.met ? "met" : "not met");
   // Against the baselines of the same run (store_baselines.cc).
