@@ -69,6 +69,7 @@ void register_structure_benchmarks();  // workloads.cc
 void register_memory_benchmarks();     // memory.cc
 void register_runtime_benchmarks();    // runtime_bench.cc
 void register_store_benchmarks();      // store_bench.cc
+void register_store_baselines();       // store_baselines.cc: raw append, the runtime's lateness
 void print_store_summary();            // store_bench.cc: the store's figures and goals
 std::vector<int64_t> structure_grid(); // workloads.cc: the N of the run's mode
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-// The durable store's workloads (issue 10): put throughput with CHIME_SYNC_INTERVAL from 2 threads and
+// The durable store's workloads: put throughput with CHIME_SYNC_INTERVAL from 2 threads and
 // with CHIME_SYNC_EACH from 64, fire + handler + durable acknowledgement, reopen (records replayed per
 // second), firing lateness once loaded, resident memory with 10^7 far timers, and the journal's size
 // under put/cancel churn with 10^4 live timers.
@@ -406,17 +406,22 @@ void BM_store_churn_disk(benchmark::State &st) {
     std::vector<uint64_t> slot(live);
     for (uint64_t i = 0; i < live; i++) slot[i] = i;
     uint64_t next = live, x = 88172645463325252u, biggest = 0;
-    bool bad = false;
+    std::string bad;  // the first call that failed
     uint64_t t0 = mono_ns();
     for (uint64_t op = 0; op < ops; op++) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       uint64_t i = x % live;
       char key[16];
       key_of(slot[i], key);
-      bad |= chime_store_cancel(s, key, 16) != 0;
+      int err = chime_store_cancel(s, key, 16);
+      if (err && bad.empty())
+        bad = "cancel of live timer " + std::to_string(slot[i]) + " in round " + std::to_string(op) + ": " +
+              chime_strerror(err) + " (" + std::to_string(err) + ")";
       slot[i] = next++;
       key_of(slot[i], key);
-      bad |= chime_store_put(s, key, 16, kPayload, 64, due + x % kDay) != 0;
+      err = chime_store_put(s, key, 16, kPayload, 64, due + x % kDay);
+      if (err && bad.empty())
+        bad = "put of " + std::to_string(slot[i]) + " in round " + std::to_string(op) + ": " + chime_strerror(err) + " (" + std::to_string(err) + ")";
       if ((op & 0xffff) == 0) {
         struct chime_store_stats stats;
         chime_store_stats(s, &stats);
@@ -429,7 +434,9 @@ void BM_store_churn_disk(benchmark::State &st) {
     chime_store_stats(s, &stats);
     biggest = std::max(biggest, stats.journal_bytes);
     chime_store_close(s);
-    if (bad || stats.pending != live) return (void)fail(st, "churn: an operation failed");
+    if (!bad.empty()) return (void)fail(st, "churn: " + bad);
+    if (stats.pending != live)
+      return (void)fail(st, "churn: " + std::to_string(stats.pending) + " pending, not " + std::to_string(live));
     // A live timer here is one 144-byte record (64 header + 16 key + 64 payload).
     double live_mb = double(live) * 144 / 1e6;
     st.SetIterationTime(secs);
@@ -462,6 +469,7 @@ void register_store_benchmarks() {
   add("BM_store_lateness", {}, {}, BM_store_lateness, once);
   add("BM_store_memory", {"timers"}, {int64_t(sized(300000, 1000000, 10000000))}, BM_store_memory, once);
   add("BM_store_churn_disk", {"ops"}, {int64_t(sized(300000, 1000000, 5000000))}, BM_store_churn_disk, once);
+  register_store_baselines();
 }
 
 void print_store_summary() {
@@ -495,9 +503,28 @@ void print_store_summary() {
       {"store: 10^7 timers due 1-30 days ahead, under 64 MB resident once open", mem, mem < 64},
       {"store: churn with 10^4 live, journal at most 8x the live data (x)", churn, churn <= 8},
   };
-  std::printf("\nthe durable store's goals (issue 10) measured in this run (information only):\n");
+  std::printf("\nthe durable store's goals measured in this run (information only):\n");
   for (const Goal &g : goals)
     if (g.got >= 0) std::printf("  %-80s %10.2f  %s\n", g.what, g.got, g.met ? "met" : "not met");
+  // Against the baselines of the same run (store_baselines.cc).
+  const struct {
+    const char *what;
+    double num, den;
+  } ratios[] = {
+      {"SYNC_EACH 64 threads / raw append, one fdatasync per 64 records", each, figure("store_raw_append_64_kps")},
+      {"SYNC_EACH 1 thread / raw append, one fdatasync per record", figure("store_put_each_1t_far_kps"),
+       figure("store_raw_append_1_kps")},
+      {"SYNC_INTERVAL 2 threads / raw append, one fdatasync per 4096 records", interval,
+       figure("store_raw_append_4096_kps")},
+      {"lateness p99: store / runtime alone", p99, figure("store_runtime_lateness_p99_us")},
+  };
+  bool head = false;
+  for (const auto &r : ratios)
+    if (r.num >= 0 && r.den > 0) {
+      if (!head) std::printf("\nthe durable store against its baselines in this run (ratio):\n");
+      head = true;
+      std::printf("  %-80s %10.3f\n", r.what, r.num / r.den);
+    }
 }
 
 }  // namespace perf

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Faults, injected at the store's one I/O point (lib/store/io.h): a write or an fdatasync of the log
- * failing with -EIO, the disk filling up (-ENOSPC when a segment is preallocated), and the process
- * ending at every file-system step of flushes, merges and recovery (segment creation, run writes,
- * syncs, renames, unlinks), checked against an oracle of what was acknowledged.
+ * failing with -EIO, the disk filling up (-ENOSPC when a segment is preallocated), a write or sync of
+ * a run failing in the flusher (-EIO, -ENOSPC), and the process ending at every file-system step of
+ * flushes, merges and recovery (segment creation, run writes, syncs, renames, unlinks), checked
+ * against an oracle of what was acknowledged.
  * CHIME_FAULT_POINTS (default 300) sets how many crash points are tried; CHIME_SEED the seed.
  */
 #include "store_util.h"
@@ -19,8 +20,8 @@
 static char *dir;
 static struct recorder rec;
 
-/* Whether fd is one of the log's segments (by its path in /proc). */
-static int is_wal(int fd)
+/* Whether fd's path (in /proc) contains `part`: "/wal-" for the log's segments, "/run-" for runs. */
+static int is_file(int fd, const char *part)
 {
     char link[64], path[512];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
@@ -28,16 +29,22 @@ static int is_wal(int fd)
     if (n <= 0)
         return 0;
     path[n] = 0;
-    return strstr(path, "/wal-") != NULL;
+    return strstr(path, part) != NULL;
 }
 
-/* ---- failing one kind of operation on the log's segments ---- */
+static int is_wal(int fd)
+{
+    return is_file(fd, "/wal-");
+}
+
+/* ---- failing one kind of operation on the log's segments (or on runs) ---- */
 
 struct failing {
     _Atomic int armed;
     enum chime__io_op op;
     int err;
     _Atomic int hits;
+    const char *file; /* the files it fails on (is_file); NULL: the log's segments */
 };
 static struct failing failing;
 
@@ -45,7 +52,7 @@ static int fail_wal_op(void *ctx, enum chime__io_op op, const char *name, int fd
 {
     struct failing *f = ctx;
     (void)name;
-    if (!atomic_load(&f->armed) || op != f->op || fd < 0 || !is_wal(fd))
+    if (!atomic_load(&f->armed) || op != f->op || fd < 0 || !is_file(fd, f->file ? f->file : "/wal-"))
         return 0;
     atomic_fetch_add(&f->hits, 1);
     return f->err;
@@ -70,6 +77,16 @@ static int put_key(chime_store *s, int i, uint64_t due)
     char key[16];
     snprintf(key, sizeof key, "key%d", i);
     return chime_store_put(s, key, strlen(key), "payload", 7, due);
+}
+
+/* key0..key9, put and acknowledged before a fault, are pending after the reopen: cancel each. */
+static void cancel_the_ten_acknowledged(chime_store *s)
+{
+    for (int i = 0; i < 10; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "key%d", i);
+        CHECK(chime_store_cancel(s, key, strlen(key)) == 0, "acknowledged put of %s lost", key);
+    }
 }
 
 /* An I/O error: the call that met it and every later one fail; nothing more is fired; a reopen finds
@@ -103,11 +120,7 @@ static void io_error_fails_for_good_and_loses_nothing_acknowledged(enum chime__i
     recorder_wait(&rec, 1); /* key100 fires now (it is overdue), as its first attempt */
     CHECK(strcmp(rec.f[0].key, "key100") == 0, "fired %s", rec.f[0].key);
     CHECK_EQ(rec.f[0].attempt, 1);
-    for (int i = 0; i < 10; i++) { /* the ten far ones: all there (the failed cancel did not happen) */
-        char key[16];
-        snprintf(key, sizeof key, "key%d", i);
-        CHECK(chime_store_cancel(s, key, strlen(key)) == 0, "acknowledged put of %s lost", key);
-    }
+    cancel_the_ten_acknowledged(s); /* all there (the failed cancel did not happen) */
     CHECK_EQ(chime_store_close(s), 0);
 }
 
@@ -348,6 +361,90 @@ static void the_process_ending_at_any_step_of_a_flush_or_merge_loses_nothing(voi
            points, completed, whole);
 }
 
+/* A write or sync of a run failing in the flusher with err (the log's own writes succeed): the store
+ * fails for good as for the log's errors, and a reopen finds every acknowledged put in the segments
+ * the failed flush left. */
+static void run_error_fails_for_good_and_loses_nothing_acknowledged(enum chime__io_op op, int err)
+{
+    fresh();
+    failing = (struct failing){ .op = op, .err = err, .file = "/run-" };
+    chime__io_set_fault(fail_wal_op, &failing);
+    chime_store *s = open_store();
+    uint64_t far = wall_ns() + 3600 * SEC;
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(put_key(s, i, far), 0);
+    atomic_store(&failing.armed, 1);
+    /* a listing flushes the log into a run first: that flush meets the fault */
+    CHECK_EQ(chime_store_dead_list(s, no_dead, NULL), err);
+    atomic_store(&failing.armed, 0);
+    CHECK(atomic_load(&failing.hits) >= 1, "the fault was never hit");
+    CHECK_EQ(put_key(s, 10, far), err);
+    CHECK_EQ(chime_store_cancel(s, "key1", 4), err);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.error, err);
+    CHECK_EQ(chime_store_close(s), err);
+    chime__io_set_fault(NULL, NULL);
+
+    s = open_store();
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 10);
+    cancel_the_ten_acknowledged(s);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static void a_failed_run_write_in_the_flusher_is_eio_for_good(void)
+{
+    run_error_fails_for_good_and_loses_nothing_acknowledged(CHIME_IO_WRITE, -EIO);
+}
+
+static void a_failed_run_fsync_in_the_flusher_is_eio_for_good(void)
+{
+    run_error_fails_for_good_and_loses_nothing_acknowledged(CHIME_IO_SYNC, -EIO);
+}
+
+static void a_full_disk_while_flushing_is_enospc_for_good(void)
+{
+    run_error_fails_for_good_and_loses_nothing_acknowledged(CHIME_IO_WRITE, -ENOSPC);
+}
+
+/* Creating a segment is slow (every open of one takes 20 ms): the writer, finding none prepared,
+ * creates the next one itself while the flusher, done with a flush, prepares one too. They must not
+ * both create the same segment (one would fail with -EEXIST, and a writer that fails fails the store). */
+static int slow_segment_open(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    (void)ctx;
+    (void)fd;
+    if (op == CHIME_IO_OPEN && name && !strncmp(name, "wal-", 4))
+        sleep_ms(20); /* injected slowness, not synchronisation */
+    return 0;
+}
+
+static void the_writer_and_the_flusher_never_create_the_same_segment(void)
+{
+    fresh();
+    chime__io_set_fault(slow_segment_open, NULL);
+    struct chime_store_config cfg = { .path = dir, .sync = CHIME_SYNC_INTERVAL };
+    chime_store *s;
+    CHECK_EQ(chime_store_open(&s, &cfg, recorder_handler, &rec), 0);
+    static char big[60000];
+    memset(big, 'b', sizeof big);
+    uint64_t far = wall_ns() + 3600 * SEC;
+    for (int i = 0; i < 400; i++) { /* 24 MB: two dozen 1 MiB segments, each sealed and flushed */
+        char key[16];
+        snprintf(key, sizeof key, "big%d", i);
+        int err = chime_store_put(s, key, strlen(key), big, sizeof big, far);
+        CHECK(err == 0, "put %d: %s (%d)", i, chime_strerror(err), err);
+    }
+    CHECK_EQ(chime_store_sync(s), 0);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.error, 0);
+    CHECK_EQ(st.pending, 400);
+    CHECK_EQ(chime_store_close(s), 0);
+    chime__io_set_fault(NULL, NULL);
+}
+
 static const struct tap_test tests[] = {
     { "a_failed_log_write_is_eio_for_good", a_failed_log_write_is_eio_for_good },
     { "a_failed_log_fdatasync_is_eio_for_good", a_failed_log_fdatasync_is_eio_for_good },
@@ -355,6 +452,13 @@ static const struct tap_test tests[] = {
       a_full_disk_is_enospc_for_good_and_loses_nothing_acknowledged },
     { "the_process_ending_at_any_step_of_a_flush_or_merge_loses_nothing",
       the_process_ending_at_any_step_of_a_flush_or_merge_loses_nothing },
+    { "a_failed_run_write_in_the_flusher_is_eio_for_good",
+      a_failed_run_write_in_the_flusher_is_eio_for_good },
+    { "a_failed_run_fsync_in_the_flusher_is_eio_for_good",
+      a_failed_run_fsync_in_the_flusher_is_eio_for_good },
+    { "a_full_disk_while_flushing_is_enospc_for_good", a_full_disk_while_flushing_is_enospc_for_good },
+    { "the_writer_and_the_flusher_never_create_the_same_segment",
+      the_writer_and_the_flusher_never_create_the_same_segment },
 };
 
 int main(void)

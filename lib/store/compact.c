@@ -57,15 +57,17 @@ int chime__journal_throttle(struct chime__backend *j)
 void chime__journal_fail(struct chime__backend *j, int err)
 {
     pthread_mutex_lock(&j->lock);
-    int tell = !j->failed_told;
+    /* The logic hears of the failure before any caller can see it (backend.h, D5: no handler may
+     * start once a call has returned the error), so the sink is told under the lock that guards
+     * j->error, before it is set. The sink only records the error; it does not call the journal. */
+    if (!j->failed_told && j->sink.failed)
+        j->sink.failed(j->sink.ctx, err);
+    j->failed_told = 1;
     if (!j->error)
         j->error = err;
-    j->failed_told = 1;
     pthread_cond_broadcast(&j->done);
     pthread_cond_broadcast(&j->work);
     pthread_mutex_unlock(&j->lock);
-    if (tell && j->sink.failed)
-        j->sink.failed(j->sink.ctx, err);
 }
 
 int chime__journal_error(struct chime__backend *j)

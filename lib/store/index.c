@@ -561,6 +561,12 @@ void chime__index_set_memory_max(struct chime__index *ix, uint64_t bytes)
     ix->mem_max = bytes;
 }
 
+void chime__index_set_hash_key(struct chime__index *ix, uint64_t k0, uint64_t k1)
+{
+    ix->k0 = k0;
+    ix->k1 = k1;
+}
+
 uint64_t chime__index_bytes(const struct chime__index *ix)
 {
     return atomic_load_explicit(&ix->bytes, memory_order_relaxed);

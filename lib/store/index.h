@@ -103,6 +103,9 @@ uint64_t chime__index_count(const struct chime__index *ix, enum chime__index_tab
 
 /* Tests: tables larger than `bytes` go into files (512 KiB otherwise), before any is made. */
 void chime__index_set_memory_max(struct chime__index *ix, uint64_t bytes);
+/* Tests: the hash key (drawn at random by open) set from a test's seed, before any key is named,
+ * so that a failing run's table layout repeats with its seed. */
+void chime__index_set_hash_key(struct chime__index *ix, uint64_t k0, uint64_t k1);
 
 /* Bytes of the tables, in memory and in files. */
 uint64_t chime__index_bytes(const struct chime__index *ix);

@@ -77,7 +77,8 @@ struct chime__wal {
     int writer_idle;       /* the writer waits on `work` for records: an append must wake it */
     size_t fill_records;   /* appends (calls) in fill */
     size_t last_batch;     /* appends in the last commit */
-    int preparing;         /* chime__wal_prepare is creating next_fd */
+    int preparing;         /* the next segment is being created (by chime__wal_prepare, or by the
+                              writer when none was prepared): nobody else may create it */
     int next_fd;           /* a segment created ahead of time, or -1 */
     uint64_t next_segment, next_size;
 
@@ -149,6 +150,10 @@ static int next_segment(struct chime__wal *w, uint64_t at)
     uint64_t old = w->current, number = old + 1, size;
     int fd = w->next_fd;
     w->next_fd = -1;
+    /* None prepared: this thread creates it, and holds `preparing` meanwhile so that a
+     * chime__wal_prepare (which names its segment current + 1, and current moves only below) does
+     * not create the same name and make one of the two fail with -EEXIST. */
+    w->preparing = fd < 0;
     uint64_t next_version = atomic_load_explicit(&w->next_version, memory_order_relaxed);
     pthread_mutex_unlock(&w->lock);
 
@@ -157,8 +162,13 @@ static int next_segment(struct chime__wal *w, uint64_t at)
     } else {
         size = atomic_load_explicit(&w->segment_bytes, memory_order_relaxed);
         int err = create_segment(w, number, size, next_version, &fd);
-        if (err)
+        if (err) {
+            pthread_mutex_lock(&w->lock);
+            w->preparing = 0;
+            pthread_cond_broadcast(&w->done);
+            pthread_mutex_unlock(&w->lock);
             return err;
+        }
     }
     chime__io_close(w->fd);
     uint64_t used = w->seg_off;
@@ -168,6 +178,7 @@ static int next_segment(struct chime__wal *w, uint64_t at)
 
     pthread_mutex_lock(&w->lock);
     w->current = number;
+    w->preparing = 0;
     w->sealed = old;
     w->sealed_lsn = at;
     pthread_cond_broadcast(&w->done);
