@@ -641,8 +641,12 @@ struct chime_store_stats {
 
 /*
  * Read the store's counters (a snapshot: each is exact at some moment during the call). A NULL s or
- * out is a no-op.
- * Complexity: O(files in the journal's directory, a few dozen): journal_bytes is read from it.
+ * out is a no-op. With PostgreSQL, pending, dead and journal_bytes (the schema's size) come from a
+ * count that the node runs in the database while stats are being asked for, at most every 500 ms:
+ * they may be that much older, and the first call after a quiet spell returns the last count (0
+ * before any).
+ * Complexity: O(files in the journal's directory, a few dozen): journal_bytes is read from it. With
+ *             PostgreSQL, O(1) here, and O(pending keys) in the database every 500 ms at most.
  * Thread safety: any thread, handlers included.
  */
 CHIME_API void chime_store_stats(const chime_store *s, struct chime_store_stats *out);
