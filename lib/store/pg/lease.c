@@ -26,7 +26,10 @@
  * The database set expires = now() + lease with now() no earlier than t, so the belief ends at
  * least lease / 4 before the database's expiry, whatever the clocks read, as long as the two
  * clocks' rates differ by less than a quarter. The lease thread drops a belief that lapses
- * (sink->revoke) even when it cannot reach the database.
+ * (sink->revoke) even when it cannot reach the database. A belief that lapsed is never simply
+ * renewed, even when the database still shows the lease: while it was lapsed, fire() refused the
+ * shard's firings and the logic dropped those timers, so the shard is taken back in a new epoch,
+ * whose takeover reads them again.
  *
  * ACQUISITION is an UPDATE of the shard's row, epoch + 1, from rows locked FOR UPDATE SKIP LOCKED:
  * a row an owner statement holds FOR SHARE (P1) is skipped, and taken next round. Each
@@ -271,9 +274,17 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
         for (unsigned s = 0; db && s < S; s++) {
             struct pg_shard *sh = &b->shards[s];
             uint64_t mine = atomic_load_explicit(&sh->epoch, memory_order_relaxed);
-            if (mine && db[s] == mine) {
+            uint64_t until = atomic_load_explicit(&sh->valid_until, memory_order_relaxed);
+            if (mine && db[s] == mine && until > chime__pg_mono()) {
                 atomic_store_explicit(&sh->valid_until, sent + b->lease_ns / 4 * 3,
                                       memory_order_release); /* pairs with chime__pg_holds */
+            } else if (mine && db[s] == mine) {
+                /* The belief lapsed before this renewal came (a slow round): meanwhile fire()
+                 * refused the shard's firings and the logic dropped them, and nothing would arm
+                 * them again in this epoch. Retake it, in a new epoch, like a lapse noticed. */
+                forget(sh);
+                revoke = 1;
+                list[nback++] = (int32_t)s;
             } else if (mine) {
                 forget(sh); /* lost */
                 revoke = 1;
