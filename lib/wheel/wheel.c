@@ -73,21 +73,28 @@ static int fire(void *ctx, uint32_t idx)
     return 0;
 }
 
+int chime__wheel_config(struct chime_wheel_config *c)
+{
+    if (c->levels == 0) {
+        uint64_t start = c->start;
+        *c = default_config;
+        c->start = start;
+    }
+    if (c->levels > CHIME_MAX_LEVELS)
+        return -EINVAL;
+    for (unsigned i = 0; i < c->levels; i++)
+        if (c->slots[i] < 2 || c->slots[i] > CHIME_MAX_SLOTS)
+            return -EINVAL;
+    return 0;
+}
+
 int chime_wheel_new(chime_wheel **out, const struct chime_wheel_config *cfg)
 {
     if (!out)
         return -EINVAL;
     struct chime_wheel_config c = cfg ? *cfg : (struct chime_wheel_config){ 0 };
-    if (c.levels == 0) {
-        uint64_t start = c.start;
-        c = default_config;
-        c.start = start;
-    }
-    if (c.levels > CHIME_MAX_LEVELS)
+    if (chime__wheel_config(&c) != 0)
         return -EINVAL;
-    for (unsigned i = 0; i < c.levels; i++)
-        if (c.slots[i] < 2 || c.slots[i] > CHIME_MAX_SLOTS)
-            return -EINVAL;
 
     chime_wheel *w = chime__alloc(sizeof(*w));
     if (!w)
