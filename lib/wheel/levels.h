@@ -275,6 +275,23 @@ static inline void chime__levels_remove(struct chime__levels *L, uint32_t idx)
  */
 int chime__levels_move(struct chime__levels *L, uint32_t idx, uint64_t deadline);
 
+/*
+ * Move a periodic timer's deadline, which has just come due, to its first boundary after the running
+ * advance's target: deadline + k * period with k >= 1. Return: false if that boundary would pass
+ * UINT64_MAX (the deadline is then unchanged and the timer ends, as a one-shot would). For the
+ * owners' fire functions (the public wheel's and the runtime's).
+ */
+static inline bool chime__levels_next_boundary(const struct chime__levels *L, uint64_t *deadline,
+                                               uint64_t period)
+{
+    /* periods passed: k - 1. Compared before adding 1, which would wrap when it is UINT64_MAX. */
+    uint64_t passed = (L->advance_to - *deadline) / period; /* deadline <= now <= advance_to */
+    if (passed >= (UINT64_MAX - *deadline) / period)
+        return false;
+    *deadline += (passed + 1) * period;
+    return true;
+}
+
 /* A timer left the levels for good (cancelled, or fired and not re-armed). */
 static inline void chime__levels_sub(struct chime__levels *L)
 {
