@@ -1,59 +1,123 @@
-/* The runtime's record pool: see records.h. */
-#define _GNU_SOURCE /* mmap flags, madvise: Linux interfaces beyond C11 */
+/* The runtime's timer records: see records.h. */
+#define _GNU_SOURCE /* MAP_NORESERVE, MADV_*: Linux interfaces beyond C11 */
 #include "runtime/records.h"
 
 #include <errno.h>
 #include <sys/mman.h>
 
-#include "alloc.h"
+#define GIVE_BATCH 64    /* records the advancing thread gathers per shard before one push */
+#define SWEEP_STEP 256   /* records an idle sweep step looks at: a few tens of microseconds at most,
+                            one cache miss each */
+/* From this offset on the arrays ask for transparent huge pages: a cancel at 10^6 timers lands on a
+ * random record of 32 MB, and with 4 KiB pages nearly every one is also a TLB miss. Below it, 2 MiB
+ * pages would cost more memory than they save (as in wheel/nodes.c). */
+#define HUGE_FROM (UINT64_C(4) << 20)
 
-#define CHUNK_BYTES (CHIME__REC_CHUNK * sizeof(struct chime__rec))
-#define GIVE_BATCH 64 /* records the advancing thread gathers per shard before one push */
+enum { FRESH, ACTIVE, DRAINING, READY };
 
-/* The shard stack's head word: index of the top record, a closed flag, and a tag that changes on
- * every successful update so that a pop that read a stale top fails its compare-and-swap (ABA). */
+/* Per chunk. state: FRESH <-> ACTIVE under grow_lock (growth, release); ACTIVE, DRAINING and READY
+ * change among themselves on the advancing thread only. The counts are the advancing thread's, set
+ * by growth for a FRESH chunk before its records can reach it. */
+struct chime__chunk {
+    _Atomic uint8_t state;
+    uint32_t live;          /* records known and not given back */
+    uint32_t quarantined;   /* records in the quarantine chain q_first..q_last */
+    uint32_t q_first, q_last;
+    uint32_t gen_max;       /* the highest generation a record of this chunk has had */
+};
+
+/* The stack's head word: index of the top record, a closed flag, and a tag that changes on every
+ * successful update so that a pop that read a stale top fails its compare-and-swap (ABA). */
 #define HEAD_IDX(h) ((uint32_t)(h))
 #define HEAD_CLOSED (UINT64_C(1) << 32)
 #define HEAD_NEXT_TAG(h) ((((h) >> 33) + 1) << 33)
 
+#define REC_BYTES (sizeof(struct chime__rec))
+#define CALL_BYTES (sizeof(struct chime__rec_call))
+#define RESERVE_HOT ((size_t)CHIME__REC_MAX * REC_BYTES)
+#define RESERVE_COLD ((size_t)CHIME__REC_MAX * CALL_BYTES)
+#define RESERVE_PERIOD ((size_t)CHIME__REC_MAX * sizeof(uint64_t))
+#define CHUNK_TABLE ((size_t)CHIME__REC_CHUNKS * sizeof(struct chime__chunk))
+
+static void *reserve(size_t bytes, int prot)
+{
+    void *p = mmap(NULL, bytes, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 int chime__records_init(struct chime__records *r)
 {
-    for (unsigned s = 0; s < CHIME__SHARDS; s++) {
+    *r = (struct chime__records){ .sweep_next = CHIME__REC_NIL };
+    for (unsigned s = 0; s < CHIME__SHARDS; s++)
         atomic_init(&r->shard[s].head, CHIME__REC_NIL);
-    }
-    atomic_init(&r->nchunks, 0);
-    atomic_init(&r->live_chunks, 0);
-    r->closed = false;
-    r->dir = chime__alloc_zeroed(CHIME__REC_MAX_CHUNKS * sizeof(*r->dir));
-    r->meta = chime__alloc_zeroed(CHIME__REC_MAX_CHUNKS * sizeof(*r->meta));
-    if (!r->dir || !r->meta || pthread_mutex_init(&r->grow_lock, NULL)) {
-        chime__free(r->dir, CHIME__REC_MAX_CHUNKS * sizeof(*r->dir));
-        chime__free(r->meta, CHIME__REC_MAX_CHUNKS * sizeof(*r->meta));
+    atomic_init(&r->committed, 0);
+    atomic_init(&r->active, 0);
+    r->hot = reserve(RESERVE_HOT, PROT_NONE);
+    r->cold = reserve(RESERVE_COLD, PROT_NONE);
+    r->period = reserve(RESERVE_PERIOD, PROT_NONE);
+    r->chunk = reserve(CHUNK_TABLE, PROT_READ | PROT_WRITE); /* 1.5 MiB, touched as chunks are used */
+    if (!r->hot || !r->cold || !r->period || !r->chunk || pthread_mutex_init(&r->grow_lock, NULL)) {
+        chime__records_destroy(r);
         return -ENOMEM;
     }
+    madvise((char *)r->hot + HUGE_FROM, RESERVE_HOT - HUGE_FROM, MADV_HUGEPAGE); /* a hint */
+    madvise((char *)r->cold + HUGE_FROM, RESERVE_COLD - HUGE_FROM, MADV_HUGEPAGE);
     return 0;
 }
 
 void chime__records_destroy(struct chime__records *r)
 {
-    uint32_t n = atomic_load_explicit(&r->nchunks, memory_order_relaxed); /* no other call runs */
-    for (uint32_t c = 0; c < n; c++)
-        munmap(r->dir[c], CHUNK_BYTES);
-    chime__free(r->dir, CHIME__REC_MAX_CHUNKS * sizeof(*r->dir));
-    chime__free(r->meta, CHIME__REC_MAX_CHUNKS * sizeof(*r->meta));
-    pthread_mutex_destroy(&r->grow_lock);
+    if (r->hot)
+        munmap(r->hot, RESERVE_HOT);
+    if (r->cold)
+        munmap(r->cold, RESERVE_COLD);
+    if (r->period)
+        munmap(r->period, RESERVE_PERIOD);
+    if (r->chunk) {
+        munmap(r->chunk, CHUNK_TABLE);
+        pthread_mutex_destroy(&r->grow_lock); /* initialised whenever chunk was */
+    }
+    r->hot = NULL;
+    r->cold = NULL;
+    r->period = NULL;
+    r->chunk = NULL;
 }
 
-/* Push the chain first..last (linked through free_next) onto a shard's stack. */
-static void push_chain(struct chime__records *r, struct chime__shard *s, uint32_t first,
-                       uint32_t last)
+static _Atomic uint32_t *link_of(const struct chime__records *r, uint32_t idx)
 {
-    struct chime__rec *tail = chime__records_at(r, last);
+    return &r->hot[idx].link;
+}
+
+/* Chunks ever committed. acquire: pairs with the release store in grow(), so the chunk table's
+ * entries below it are initialised. */
+static uint32_t chunks_top(const struct chime__records *r)
+{
+    return atomic_load_explicit(&r->committed, memory_order_acquire) >> CHIME__REC_CHUNK_SHIFT;
+}
+
+static uint32_t chunk_state(const struct chime__records *r, uint32_t c)
+{
+    /* acquire: pairs with the release in set_chunk_state. A chunk's records travel through the stacks,
+     * but its count in `active` does not: growth counts a chunk before it marks it ACTIVE, and the
+     * advancing thread, which uncounts it after seeing it ACTIVE, must see that count first. */
+    return atomic_load_explicit(&r->chunk[c].state, memory_order_acquire);
+}
+
+static void set_chunk_state(struct chime__records *r, uint32_t c, uint8_t state)
+{
+    atomic_store_explicit(&r->chunk[c].state, state, memory_order_release); /* see chunk_state */
+}
+
+/* ---- the free stacks ---- */
+
+/* Push the chain first..last (linked through link) onto a shard's stack. */
+static void push_chain(struct chime__records *r, struct chime__shard *s, uint32_t first, uint32_t last)
+{
     uint64_t h = atomic_load_explicit(&s->head, memory_order_relaxed); /* the CAS checks it */
     uint64_t nh;
     do {
         /* relaxed: published by the release CAS below. */
-        atomic_store_explicit(&tail->free_next, HEAD_IDX(h), memory_order_relaxed);
+        atomic_store_explicit(link_of(r, last), HEAD_IDX(h), memory_order_relaxed);
         nh = HEAD_NEXT_TAG(h) | (h & HEAD_CLOSED) | first;
         /* release: pairs with the acquire CAS in pop(), so a taker sees the chain's links and the
          * records' state words (their new generations) as written before this push. */
@@ -64,7 +128,7 @@ static void push_chain(struct chime__records *r, struct chime__shard *s, uint32_
 /* Pop one record. Return: 0; -EAGAIN if the stack is empty; -ESHUTDOWN if it is closed. */
 static int pop(struct chime__records *r, struct chime__shard *s, uint32_t *idx)
 {
-    /* acquire: pairs with the release CAS in push_chain; the top record's free_next is read next. */
+    /* acquire: pairs with the release CAS in push_chain; the top record's link is read next. */
     uint64_t h = atomic_load_explicit(&s->head, memory_order_acquire);
     for (;;) {
         if (h & HEAD_CLOSED)
@@ -72,138 +136,20 @@ static int pop(struct chime__records *r, struct chime__shard *s, uint32_t *idx)
         uint32_t top = HEAD_IDX(h);
         if (top == CHIME__REC_NIL)
             return -EAGAIN;
-        /*
-         * relaxed: if top is still the head when the CAS below succeeds, no one has popped it since
-         * our acquire load, so this is the link its pusher published. If someone did, the tag has
-         * changed and the CAS fails whatever we read here. The record's memory is always mapped.
-         */
-        uint32_t next = atomic_load_explicit(&chime__records_at(r, top)->free_next,
-                                             memory_order_relaxed);
-        uint64_t nh = HEAD_NEXT_TAG(h) | next;
-        /* acquire (success and failure): as the first load; the popped record's state word and
-         * contents were published by the push that put it here. */
-        if (atomic_compare_exchange_weak_explicit(&s->head, &h, nh, memory_order_acquire,
-                                                  memory_order_acquire)) {
+        /* relaxed: if top is still the top, its link was published by the push we acquired; if a
+         * concurrent pop took it meanwhile, this value is garbage and the CAS below fails (the tag
+         * changed). The record is mapped either way: chunks are never unmapped. */
+        uint32_t next = atomic_load_explicit(link_of(r, top), memory_order_relaxed);
+        /* acquire (success and failure): as the first load. */
+        if (atomic_compare_exchange_weak_explicit(&s->head, &h, HEAD_NEXT_TAG(h) | (h & HEAD_CLOSED) | next,
+                                                  memory_order_acquire, memory_order_acquire)) {
             *idx = top;
             return 0;
         }
     }
 }
 
-/* Map (or reuse a dropped) chunk and push its records onto shard s. Called with grow_lock held. */
-static int grow(struct chime__records *r, unsigned s)
-{
-    uint32_t n = atomic_load_explicit(&r->nchunks, memory_order_relaxed); /* written under the lock */
-    uint32_t c = 0;
-    while (c < n && !r->meta[c].dropped)
-        c++;
-    if (c == n) {
-        if (n == CHIME__REC_MAX_CHUNKS)
-            return -ENOMEM;
-        /* MAP_POPULATE: the chunk is about to be written whole; one call maps its 64 pages instead of
-         * 64 page faults on the taker's path. */
-        void *mem = mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-        if (mem == MAP_FAILED)
-            return -ENOMEM;
-        r->dir[c] = mem;
-        r->meta[c].gen_floor = 1;
-    } else {
-#ifdef MADV_POPULATE_WRITE
-        madvise(r->dir[c], CHUNK_BYTES, MADV_POPULATE_WRITE); /* as MAP_POPULATE; Linux 5.14+ */
-#endif
-    }
-    struct chime__rec *chunk = r->dir[c];
-    uint32_t first = c << CHIME__REC_CHUNK_SHIFT;
-    for (uint32_t i = 0; i < CHIME__REC_CHUNK; i++) {
-        struct chime__rec *rec = &chunk[i];
-        rec->idx = first + i;
-        /* relaxed: these records are reachable only after push_chain's release. A stale id's
-         * canceller may read the state word concurrently; it is atomic for that reason, and any
-         * generation it reads here is one no live id carries. */
-        atomic_store_explicit(&rec->state, (uint64_t)r->meta[c].gen_floor << 32 | (uint64_t)s << 8,
-                              memory_order_relaxed);
-        atomic_store_explicit(&rec->free_next, i + 1 < CHIME__REC_CHUNK ? first + i + 1 : CHIME__REC_NIL,
-                              memory_order_relaxed);
-    }
-    r->meta[c].dropped = false;
-    if (c == n) {
-        /* release: pairs with the acquire load in chime__records_find: dir[c] is set. */
-        atomic_store_explicit(&r->nchunks, n + 1, memory_order_release);
-    }
-    atomic_fetch_add_explicit(&r->live_chunks, 1, memory_order_relaxed); /* a statistic */
-    push_chain(r, &r->shard[s], first, first + CHIME__REC_CHUNK - 1);
-    return 0;
-}
-
-int chime__records_take(struct chime__records *r, unsigned shard, struct chime__rec **out)
-{
-    uint32_t idx;
-    int err = pop(r, &r->shard[shard], &idx);
-    if (err == 0) {
-        *out = chime__records_at(r, idx);
-        return 0;
-    }
-    for (;;) {
-        if (err == -ESHUTDOWN)
-            return err;
-        for (unsigned i = 1; i < CHIME__SHARDS; i++) {
-            err = pop(r, &r->shard[(shard + i) % CHIME__SHARDS], &idx);
-            if (err == 0) {
-                *out = chime__records_at(r, idx);
-                return 1;
-            }
-            if (err == -ESHUTDOWN)
-                return err;
-        }
-        pthread_mutex_lock(&r->grow_lock);
-        err = r->closed ? -ESHUTDOWN : grow(r, shard);
-        pthread_mutex_unlock(&r->grow_lock);
-        if (err)
-            return err;
-        err = pop(r, &r->shard[shard], &idx); /* others may take the new chunk first: then retry */
-        if (err == 0) {
-            *out = chime__records_at(r, idx);
-            return 1;
-        }
-    }
-}
-
-void chime__records_give(struct chime__records *r, struct chime__rec_batch *batch,
-                         struct chime__rec *rec)
-{
-    uint64_t s = atomic_load_explicit(&rec->state, memory_order_relaxed); /* ours: no race on it */
-    uint32_t gen = (uint32_t)(s >> 32) + 1;
-    if (gen == 0)
-        gen = 1; /* no id is ever generation 0 */
-    unsigned shard = (unsigned)(s >> 8) & (CHIME__SHARDS - 1);
-    /* release: a canceller holding the old id reads this with acquire and gives up (its generation
-     * no longer matches). The record is not reachable by takers until the batch is pushed. */
-    atomic_store_explicit(&rec->state, (uint64_t)gen << 32 | (uint64_t)shard << 8,
-                          memory_order_release);
-    struct chime__rec_batch *b = &batch[shard];
-    /* relaxed: published by push_chain's release. */
-    atomic_store_explicit(&rec->free_next, b->count ? b->first : CHIME__REC_NIL, memory_order_relaxed);
-    if (!b->count)
-        b->last = rec->idx;
-    b->first = rec->idx;
-    if (++b->count == GIVE_BATCH) {
-        push_chain(r, &r->shard[shard], b->first, b->last);
-        b->count = 0;
-    }
-}
-
-void chime__records_flush(struct chime__records *r, struct chime__rec_batch batch[CHIME__SHARDS])
-{
-    for (unsigned s = 0; s < CHIME__SHARDS; s++) {
-        if (batch[s].count) {
-            push_chain(r, &r->shard[s], batch[s].first, batch[s].last);
-            batch[s].count = 0;
-        }
-    }
-}
-
-/* Take a shard's whole stack (leaving it empty, closed flag kept). Return: the old top. */
+/* Take a shard's whole stack (leaving it empty, its closed flag kept). Return: the old top. */
 static uint32_t take_all(struct chime__shard *s)
 {
     uint64_t h = atomic_load_explicit(&s->head, memory_order_relaxed); /* the CAS checks it */
@@ -215,77 +161,300 @@ static uint32_t take_all(struct chime__shard *s)
     return HEAD_IDX(h);
 }
 
-static uint32_t next_free(struct chime__records *r, uint32_t idx)
+static uint32_t next_free(const struct chime__records *r, uint32_t idx)
 {
-    /* relaxed: the caller took the stack this record was on, so it owns the link. */
-    return atomic_load_explicit(&chime__records_at(r, idx)->free_next, memory_order_relaxed);
+    /* relaxed: the caller owns the chain (taken off its stack, or never pushed). */
+    return atomic_load_explicit(link_of(r, idx), memory_order_relaxed);
 }
 
-size_t chime__records_shrink(struct chime__records *r, size_t keep)
+/* Append idx to a private chain (a batch, the sweep's kept records). */
+static void chain_add(const struct chime__records *r, struct chime__rec_batch *b, uint32_t idx)
 {
-    pthread_mutex_lock(&r->grow_lock);
-    uint32_t n = atomic_load_explicit(&r->nchunks, memory_order_relaxed); /* under the lock */
-    uint32_t *free_in = chime__alloc_zeroed((n ? n : 1) * sizeof(*free_in));
-    if (!free_in) {
+    /* relaxed: the chain is private until push_chain publishes it. Records go on the front, so the
+     * chain pops in the reverse of its adding: the last given back is taken first (still in cache). */
+    atomic_store_explicit(link_of(r, idx), b->count ? b->first : CHIME__REC_NIL, memory_order_relaxed);
+    if (!b->count)
+        b->last = idx;
+    b->first = idx;
+    b->count++;
+}
+
+/* ---- growth (producers, under grow_lock) ---- */
+
+static int commit(void *base, size_t unit, uint32_t c)
+{
+    char *p = (char *)base + (size_t)c * CHIME__REC_CHUNK * unit;
+    return mprotect(p, CHIME__REC_CHUNK * unit, PROT_READ | PROT_WRITE) ? -ENOMEM : 0;
+}
+
+static void populate(void *base, size_t unit, uint32_t c)
+{
+#ifdef MADV_POPULATE_WRITE
+    /* The chunk is about to be written whole: one call maps its pages instead of a page fault per
+     * page on producers' paths. Linux 5.14+; without it the faults come one by one. */
+    madvise((char *)base + (size_t)c * CHIME__REC_CHUNK * unit, CHIME__REC_CHUNK * unit,
+            MADV_POPULATE_WRITE);
+#else
+    (void)base, (void)unit, (void)c;
+#endif
+}
+
+/* Make a chunk active (the lowest FRESH one, or a new one on top) and push its records onto shard s. */
+static int grow(struct chime__records *r, unsigned s)
+{
+    /* relaxed: committed is written under grow_lock, which we hold. */
+    uint32_t top = atomic_load_explicit(&r->committed, memory_order_relaxed) >> CHIME__REC_CHUNK_SHIFT;
+    uint32_t c = 0;
+    while (c < top && chunk_state(r, c) != FRESH)
+        c++;
+    if (c == top) {
+        if (c == CHIME__REC_CHUNKS)
+            return -ENOMEM;
+        if (commit(r->hot, REC_BYTES, c) || commit(r->cold, CALL_BYTES, c) ||
+            commit(r->period, sizeof(uint64_t), c))
+            return -ENOMEM; /* a part committed stays so; the next growth commits it again */
+        r->chunk[c].gen_max = 0;
+    }
+    populate(r->hot, REC_BYTES, c);
+    populate(r->cold, CALL_BYTES, c);
+    struct chime__chunk *ch = &r->chunk[c];
+    uint32_t gen = chime__gen_next(ch->gen_max);
+    ch->gen_max = gen;
+    ch->live = 0;
+    ch->quarantined = 0;
+    uint32_t first = c << CHIME__REC_CHUNK_SHIFT;
+    for (uint32_t i = 0; i < CHIME__REC_CHUNK; i++) {
+        struct chime__rec *rec = &r->hot[first + i];
+        rec->pos = CHIME__REC_UNPLACED; /* before any taker: published by push_chain */
+        /* relaxed: these records reach takers only through push_chain's release. A stale id's holder
+         * may read the state word concurrently and finds a generation no live id carries. */
+        atomic_store_explicit(&rec->state, chime__state_free(gen, s), memory_order_relaxed);
+        atomic_store_explicit(&rec->link, i + 1 < CHIME__REC_CHUNK ? first + i + 1 : CHIME__REC_NIL,
+                              memory_order_relaxed);
+    }
+    atomic_fetch_add_explicit(&r->active, 1, memory_order_relaxed); /* ordered by the store below */
+    set_chunk_state(r, c, ACTIVE);
+    if (c == top) {
+        /* release: pairs with the acquire loads in chime__records_find and chunks_top: the chunk is
+         * mapped and its entry in the chunk table set. */
+        atomic_store_explicit(&r->committed, (c + 1) << CHIME__REC_CHUNK_SHIFT, memory_order_release);
+    }
+    push_chain(r, &r->shard[s], first, first + CHIME__REC_CHUNK - 1);
+    return 0;
+}
+
+int chime__records_take(struct chime__records *r, unsigned shard, uint32_t *idx, uint64_t *state)
+{
+    int err = pop(r, &r->shard[shard], idx);
+    int hint = 0;
+    while (err) {
+        if (err == -ESHUTDOWN)
+            return err;
+        hint = 1;
+        for (unsigned i = 1; i < CHIME__SHARDS && err == -EAGAIN; i++)
+            err = pop(r, &r->shard[(shard + i) % CHIME__SHARDS], idx);
+        if (err != -EAGAIN)
+            continue; /* taken, or closed */
+        pthread_mutex_lock(&r->grow_lock);
+        err = r->closed ? -ESHUTDOWN : grow(r, shard);
         pthread_mutex_unlock(&r->grow_lock);
-        return 0; /* an optimisation: without memory for it, keep everything */
+        if (err)
+            return err;
+        err = pop(r, &r->shard[shard], idx); /* others may take the new chunk first: then again */
     }
-    /* Take every stack: a producer that finds its stack empty meanwhile takes from a fuller one or
-     * maps a new chunk, so this never blocks anyone, at worst costs one chunk. */
-    uint32_t top[CHIME__SHARDS];
-    size_t total = 0;
-    for (unsigned s = 0; s < CHIME__SHARDS; s++) {
-        top[s] = take_all(&r->shard[s]);
-        for (uint32_t idx = top[s]; idx != CHIME__REC_NIL; idx = next_free(r, idx)) {
-            free_in[idx >> CHIME__REC_CHUNK_SHIFT]++;
-            total++;
+    /* relaxed: the pop's acquire made the record ours, state included. */
+    *state = atomic_load_explicit(&r->hot[*idx].state, memory_order_relaxed);
+    return hint;
+}
+
+/* ---- the balance between live records and active chunks (advancing thread) ---- */
+
+/* Chunks to keep active for `live` records: a quarter more, and the reserve. */
+static uint32_t wanted(size_t live)
+{
+    return (uint32_t)((live + live / 4 + CHIME__REC_CHUNK - 1) >> CHIME__REC_CHUNK_SHIFT) + CHIME__REC_RESERVE;
+}
+
+/* Start draining the highest active chunk. */
+static void drain_one(struct chime__records *r)
+{
+    uint32_t c = chunks_top(r);
+    while (c-- > 0) {
+        if (chunk_state(r, c) == ACTIVE) { /* an active chunk has no quarantine: DRAINING, not READY */
+            set_chunk_state(r, c, DRAINING);
+            atomic_fetch_sub_explicit(&r->active, 1, memory_order_relaxed); /* as in grow() */
+            r->draining++;
+            r->sweep_wanted = true; /* some of its free records may be on the stacks */
+            return;
         }
     }
-    const uint32_t DROP = UINT32_MAX;
-    size_t dropped = 0;
-    for (uint32_t c = n; c-- > 0 && total >= keep + CHIME__REC_CHUNK;) {
-        if (!r->meta[c].dropped && free_in[c] == CHIME__REC_CHUNK) {
-            free_in[c] = DROP;
-            total -= CHIME__REC_CHUNK;
-            dropped++;
-        }
-    }
-    /* Put the rest back, each stack in its old order, without the dropped chunks' records. */
-    for (unsigned s = 0; s < CHIME__SHARDS; s++) {
-        uint32_t first = CHIME__REC_NIL, last = CHIME__REC_NIL;
-        for (uint32_t idx = top[s]; idx != CHIME__REC_NIL; idx = next_free(r, idx)) {
-            if (free_in[idx >> CHIME__REC_CHUNK_SHIFT] == DROP)
-                continue;
-            if (last == CHIME__REC_NIL)
-                first = idx;
-            else
-                atomic_store_explicit(&chime__records_at(r, last)->free_next, idx,
-                                      memory_order_relaxed); /* published by push_chain */
-            last = idx;
-        }
-        if (last != CHIME__REC_NIL)
-            push_chain(r, &r->shard[s], first, last);
-    }
-    for (uint32_t c = 0; c < n; c++) {
-        if (free_in[c] != DROP)
+}
+
+/* Put the lowest draining chunk back to work: its quarantine goes onto a stack in one push. */
+static void reactivate_one(struct chime__records *r)
+{
+    for (uint32_t c = 0, top = chunks_top(r); c < top; c++) {
+        uint32_t st = chunk_state(r, c);
+        if (st != DRAINING && st != READY)
             continue;
-        uint32_t floor = 0;
-        for (uint32_t i = 0; i < CHIME__REC_CHUNK; i++) {
-            /* relaxed: every record here is free and off every stack: only stale ids read them. */
-            uint32_t gen = (uint32_t)(atomic_load_explicit(&r->dir[c][i].state,
-                                                           memory_order_relaxed) >> 32);
-            if (gen > floor)
-                floor = gen;
+        struct chime__chunk *ch = &r->chunk[c];
+        if (st == READY)
+            r->ready--;
+        r->draining--;
+        set_chunk_state(r, c, ACTIVE);
+        atomic_fetch_add_explicit(&r->active, 1, memory_order_relaxed); /* as in grow() */
+        if (ch->quarantined) {
+            unsigned s = chime__shard(atomic_load_explicit(&r->hot[ch->q_first].state,
+                                                           memory_order_relaxed)); /* ours */
+            push_chain(r, &r->shard[s], ch->q_first, ch->q_last);
+            r->quarantined -= ch->quarantined;
+            ch->quarantined = 0;
         }
-        r->meta[c].gen_floor = floor + 1 ? floor + 1 : 1;
-        r->meta[c].dropped = true;
-        /* The pages read as zeros from now on (generation 0: no id matches) and hold no memory. */
-        madvise(r->dir[c], CHUNK_BYTES, MADV_DONTNEED);
-        atomic_fetch_sub_explicit(&r->live_chunks, 1, memory_order_relaxed); /* a statistic */
+        return;
     }
-    chime__free(free_in, (n ? n : 1) * sizeof(*free_in));
-    pthread_mutex_unlock(&r->grow_lock);
-    return dropped;
+}
+
+static void balance(struct chime__records *r)
+{
+    uint32_t active = atomic_load_explicit(&r->active, memory_order_relaxed); /* as in grow() */
+    uint32_t want = wanted(r->live);
+    if (active > want + 1)
+        drain_one(r);
+    else if (active < want && r->draining)
+        reactivate_one(r);
+}
+
+void chime__records_known(struct chime__records *r, uint32_t idx)
+{
+    r->chunk[idx >> CHIME__REC_CHUNK_SHIFT].live++;
+    r->live++;
+    if (r->draining && (r->live & (CHIME__REC_CHUNK / 4 - 1)) == 0)
+        balance(r); /* live is growing: maybe take a draining chunk back (checked every 1024) */
+}
+
+/* Put a free record of a draining chunk in its quarantine. */
+static void quarantine(struct chime__records *r, uint32_t c, uint32_t idx)
+{
+    struct chime__chunk *ch = &r->chunk[c];
+    /* relaxed: the quarantine is the advancing thread's; a reactivation's push publishes it. */
+    atomic_store_explicit(link_of(r, idx), ch->quarantined ? ch->q_first : CHIME__REC_NIL,
+                          memory_order_relaxed);
+    if (!ch->quarantined)
+        ch->q_last = idx;
+    ch->q_first = idx;
+    r->quarantined++;
+    if (++ch->quarantined == CHIME__REC_CHUNK) {
+        set_chunk_state(r, c, READY);
+        r->ready++;
+    }
+}
+
+void chime__records_give(struct chime__records *r, uint32_t idx)
+{
+    struct chime__rec *rec = &r->hot[idx];
+    uint32_t c = idx >> CHIME__REC_CHUNK_SHIFT;
+    struct chime__chunk *ch = &r->chunk[c];
+    rec->pos = CHIME__REC_UNPLACED;
+    uint64_t s = chime__state_freed(&rec->state);
+    if (chime__gen(s) > ch->gen_max)
+        ch->gen_max = chime__gen(s);
+    ch->live--;
+    r->live--;
+    if (chunk_state(r, c) != ACTIVE) {
+        quarantine(r, c, idx);
+    } else {
+        struct chime__rec_batch *b = &r->give[chime__shard(s)];
+        chain_add(r, b, idx);
+        if (b->count == GIVE_BATCH) {
+            push_chain(r, &r->shard[chime__shard(s)], b->first, b->last);
+            b->count = 0;
+        }
+    }
+    if ((r->live & (CHIME__REC_CHUNK / 4 - 1)) == 0)
+        balance(r); /* every 1024 records: the scans in it stay O(1) amortised */
+}
+
+void chime__records_flush(struct chime__records *r)
+{
+    for (unsigned s = 0; s < CHIME__SHARDS; s++) {
+        struct chime__rec_batch *b = &r->give[s];
+        if (b->count) {
+            push_chain(r, &r->shard[s], b->first, b->last);
+            b->count = 0;
+        }
+    }
+}
+
+/* ---- idle work: the sweep and releasing chunks ---- */
+
+/* Look at up to SWEEP_STEP records of the stack being swept; at its end, put back what stays. */
+static void sweep_step(struct chime__records *r)
+{
+    if (r->sweep_next == CHIME__REC_NIL && r->sweep_kept.count == 0)
+        r->sweep_next = take_all(&r->shard[r->sweep_shard]);
+    for (unsigned i = 0; i < SWEEP_STEP && r->sweep_next != CHIME__REC_NIL; i++) {
+        uint32_t idx = r->sweep_next;
+        r->sweep_next = next_free(r, idx);
+        uint32_t c = idx >> CHIME__REC_CHUNK_SHIFT;
+        if (chunk_state(r, c) == ACTIVE)
+            chain_add(r, &r->sweep_kept, idx);
+        else
+            quarantine(r, c, idx);
+    }
+    if (r->sweep_next != CHIME__REC_NIL)
+        return;
+    struct chime__rec_batch *k = &r->sweep_kept;
+    if (k->count)
+        push_chain(r, &r->shard[r->sweep_shard], k->first, k->last);
+    k->count = 0;
+    if (++r->sweep_shard == CHIME__SHARDS) {
+        r->sweep_shard = 0;
+        r->sweeping = false;
+    }
+}
+
+static void release(void *base, size_t unit, uint32_t c)
+{
+    madvise((char *)base + (size_t)c * CHIME__REC_CHUNK * unit, CHIME__REC_CHUNK * unit, MADV_DONTNEED);
+}
+
+/* Give a READY chunk's memory back: its pages read as zeros from now on (generation 0). */
+static void release_one(struct chime__records *r)
+{
+    for (uint32_t c = 0, top = chunks_top(r); c < top; c++) {
+        if (chunk_state(r, c) != READY)
+            continue;
+        pthread_mutex_lock(&r->grow_lock); /* against growth, which reads FRESH and gen_max */
+        release(r->hot, REC_BYTES, c);
+        release(r->cold, CALL_BYTES, c);
+        release(r->period, sizeof(uint64_t), c);
+        r->chunk[c].quarantined = 0;
+        set_chunk_state(r, c, FRESH);
+        pthread_mutex_unlock(&r->grow_lock);
+        r->quarantined -= CHIME__REC_CHUNK;
+        r->ready--;
+        r->draining--;
+        return;
+    }
+}
+
+bool chime__records_idle(struct chime__records *r)
+{
+    if (r->closed)
+        return false; /* read under no lock: only this thread closes */
+    uint32_t active = atomic_load_explicit(&r->active, memory_order_relaxed); /* as in grow() */
+    if (active > wanted(r->live) + 1)
+        drain_one(r); /* the give-backs that would have drained it have stopped */
+    if (!r->sweeping && r->sweep_wanted) {
+        r->sweep_wanted = false;
+        r->sweeping = true;
+    }
+    if (r->sweeping)
+        sweep_step(r);
+    else if (r->ready)
+        release_one(r);
+    return r->sweeping || r->sweep_wanted || r->ready ||
+           atomic_load_explicit(&r->active, memory_order_relaxed) > wanted(r->live) + 1;
 }
 
 void chime__records_close(struct chime__records *r)
@@ -297,16 +466,112 @@ void chime__records_close(struct chime__records *r)
         atomic_fetch_or_explicit(&r->shard[s].head, HEAD_CLOSED, memory_order_relaxed);
     }
     pthread_mutex_unlock(&r->grow_lock);
+    if (r->sweeping) { /* finish the stack being swept without quarantining: it goes back whole */
+        while (r->sweep_next != CHIME__REC_NIL) {
+            uint32_t idx = r->sweep_next;
+            r->sweep_next = next_free(r, idx);
+            chain_add(r, &r->sweep_kept, idx);
+        }
+        if (r->sweep_kept.count)
+            push_chain(r, &r->shard[r->sweep_shard], r->sweep_kept.first, r->sweep_kept.last);
+        r->sweep_kept.count = 0;
+        r->sweeping = false;
+    }
 }
 
-size_t chime__records_count_free(struct chime__records *r)
+size_t chime__records_capacity(const struct chime__records *r)
 {
-    size_t total = 0;
+    size_t active = atomic_load_explicit(&r->active, memory_order_relaxed); /* as in grow() */
+    return (active + r->draining) << CHIME__REC_CHUNK_SHIFT;
+}
+
+static size_t count_stacks(const struct chime__records *r)
+{
+    size_t n = 0;
     for (unsigned s = 0; s < CHIME__SHARDS; s++) {
         /* acquire: pairs with push_chain's release; the links below are read next. */
         uint64_t h = atomic_load_explicit(&r->shard[s].head, memory_order_acquire);
         for (uint32_t idx = HEAD_IDX(h); idx != CHIME__REC_NIL; idx = next_free(r, idx))
-            total++;
+            n++;
     }
-    return total;
+    return n;
+}
+
+size_t chime__records_taken(struct chime__records *r)
+{
+    size_t n = 0;
+    for (unsigned s = 0; s < CHIME__SHARDS; s++)
+        n += r->give[s].count;
+    return chime__records_capacity(r) - count_stacks(r) - r->quarantined - n;
+}
+
+void chime__records_each(struct chime__records *r, void (*fn)(void *ctx, uint32_t idx), void *ctx)
+{
+    for (uint32_t c = 0, top = chunks_top(r); c < top; c++) {
+        if (chunk_state(r, c) == FRESH)
+            continue;
+        for (uint32_t i = 0; i < CHIME__REC_CHUNK; i++)
+            fn(ctx, c << CHIME__REC_CHUNK_SHIFT | i);
+    }
+}
+
+const char *chime__records_check(struct chime__records *r)
+{
+    size_t on_stacks = count_stacks(r), quarantined = 0, live = 0, seen = 0;
+    uint32_t draining = 0, ready = 0, active = 0, top = chunks_top(r);
+    for (uint32_t c = 0; c < top; c++) {
+        const struct chime__chunk *ch = &r->chunk[c];
+        uint32_t st = chunk_state(r, c);
+        active += st == ACTIVE;
+        draining += st == DRAINING || st == READY;
+        ready += st == READY;
+        if (st == FRESH) {
+            if (ch->live || ch->quarantined)
+                return "a fresh chunk holds records";
+            continue;
+        }
+        if (st == READY && ch->quarantined != CHIME__REC_CHUNK)
+            return "a ready chunk's quarantine is not full";
+        if (st != READY && ch->quarantined == CHIME__REC_CHUNK)
+            return "a full quarantine's chunk is not ready";
+        if (st == ACTIVE && ch->quarantined)
+            return "an active chunk has a quarantine";
+        uint32_t n = 0;
+        for (uint32_t idx = ch->quarantined ? ch->q_first : CHIME__REC_NIL; idx != CHIME__REC_NIL;
+             idx = next_free(r, idx)) {
+            if (idx >> CHIME__REC_CHUNK_SHIFT != c)
+                return "a quarantine holds another chunk's record";
+            if (chime__life(atomic_load_explicit(&r->hot[idx].state, memory_order_relaxed)) != CHIME__LIFE_FREE)
+                return "a quarantined record is not free";
+            if (++n > ch->quarantined)
+                return "a quarantine is longer than its count";
+        }
+        if (n != ch->quarantined)
+            return "a quarantine is shorter than its count";
+        quarantined += n;
+        live += ch->live;
+        seen++;
+    }
+    if (quarantined != r->quarantined)
+        return "quarantine total wrong";
+    if (live != r->live)
+        return "live total wrong";
+    if (draining != r->draining || ready != r->ready ||
+        active != atomic_load_explicit(&r->active, memory_order_relaxed))
+        return "chunk counts wrong";
+    for (unsigned s = 0; s < CHIME__SHARDS; s++) {
+        uint64_t h = atomic_load_explicit(&r->shard[s].head, memory_order_acquire); /* as count_stacks */
+        for (uint32_t idx = HEAD_IDX(h); idx != CHIME__REC_NIL; idx = next_free(r, idx)) {
+            if (idx >= top << CHIME__REC_CHUNK_SHIFT || chunk_state(r, idx >> CHIME__REC_CHUNK_SHIFT) == FRESH)
+                return "a stack holds a record of no chunk";
+            if (chime__life(atomic_load_explicit(&r->hot[idx].state, memory_order_relaxed)) != CHIME__LIFE_FREE)
+                return "a stack holds a record that is not free";
+        }
+    }
+    size_t batched = 0;
+    for (unsigned s = 0; s < CHIME__SHARDS; s++)
+        batched += r->give[s].count;
+    if (on_stacks + quarantined + batched + live > seen << CHIME__REC_CHUNK_SHIFT)
+        return "more records free or live than the chunks hold (one is counted twice)";
+    return NULL;
 }
