@@ -149,6 +149,31 @@ void BM_runtime_schedule(benchmark::State &st) {
   st.SetItemsProcessed(int64_t(st.iterations() * total));
 }
 
+// ---- the clock ----
+
+// What the producer's clock costs: a vDSO read of CLOCK_MONOTONIC (what chime_timer_schedule read
+// before, and what it still reads where the kernel's clocksource is not the TSC) and a bare TSC read
+// (what it reads now, docs/design.md "The clock"), each in a loop on one thread, ns per read. The
+// difference between BM_runtime_schedule's two forms is the clock as the runtime pays for it.
+void BM_runtime_clock(benchmark::State &st) {
+  const size_t reads = quick() ? 1000000 : 10000000;
+  for (auto _ : st) {
+    uint64_t sink = 0, t0 = mono_ns();
+    for (size_t i = 0; i < reads; i++) sink += mono_ns();
+    uint64_t t1 = mono_ns();
+#if defined(__x86_64__)
+    for (size_t i = 0; i < reads; i++) sink += __builtin_ia32_rdtsc();
+#endif
+    uint64_t t2 = mono_ns();
+    benchmark::DoNotOptimize(sink);
+    st.SetIterationTime(double(t2 - t0) / 1e9);
+    note(st, "clock_monotonic_ns", "clock: one CLOCK_MONOTONIC read through the vDSO (ns)", double(t1 - t0) / double(reads));
+#if defined(__x86_64__)
+    note(st, "clock_tsc_ns", "clock: one TSC read, unfenced (ns)", double(t2 - t1) / double(reads));
+#endif
+  }
+}
+
 // ---- churn ----
 
 // n timers pending an hour or two away; one producer replaces random ones: cancel (which must
@@ -404,6 +429,7 @@ void register_runtime_benchmarks() {
   constexpr unsigned kScenario = kOnce | kManualTime | kMillis;
   for (int64_t at : {0, 1})
     for (int64_t p : {1, 2}) add("BM_runtime_schedule", {"producers", "at"}, {p, at}, BM_runtime_schedule, kScenario);
+  add("BM_runtime_clock", {}, {}, BM_runtime_clock, kScenario);
   add("BM_runtime_churn", {"pending"}, {quick() ? 10000 : 1000000}, BM_runtime_churn, kScenario);
   add("BM_runtime_burst", {"tick_us", "pending"}, {1000, 0}, BM_runtime_burst, kScenario);
   add("BM_runtime_burst", {"tick_us", "pending"}, {100, 0}, BM_runtime_burst, kScenario);

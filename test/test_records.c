@@ -173,12 +173,22 @@ static void a_draining_chunk_is_put_back_to_work_when_load_returns(void)
     static uint32_t idx[N];
     for (uint32_t i = 0; i < N; i++)
         idx[i] = take_live(0, NULL);
-    for (uint32_t i = 0; i < N; i++)
+    /* Seven chunks' records go back while the chunks are active (to the stacks); then the pool
+     * balances (nothing queued: live is exact), which drains the chunks beyond what live records want;
+     * the last chunk's records go back into its quarantine. */
+    for (uint32_t i = 0; i < N - CHIME__REC_CHUNK; i++)
+        give(idx[i]);
+    for (int i = 0; i < 10; i++)
+        chime__records_balance(&r);
+    CHECK(r.draining >= 2, "balance drained %u chunks", r.draining);
+    for (uint32_t i = N - CHIME__REC_CHUNK; i < N; i++)
         give(idx[i]);
     chime__records_flush(&r);
+    check();
+    CHECK(r.quarantined > 0, "nothing quarantined");
     size_t drained = chime__records_capacity(&r);
-    /* No idle step ran: the chunks drain (their records quarantined) but none is released yet. Load
-     * comes back: the draining chunks are taken back before the pool grows into new ones. */
+    /* No idle step ran: nothing is released yet. Load comes back: the draining chunks are taken back
+     * before the pool grows into new ones. */
     for (uint32_t i = 0; i < N; i++)
         idx[i] = take_live(0, NULL);
     check();

@@ -518,6 +518,34 @@ static void memory_waits_while_a_deadline_is_near_and_goes_back_once_none_is(voi
     chime_timer_free(t);
 }
 
+static void a_storm_of_replacements_does_not_make_the_pool_drain_what_producers_need(void)
+{
+    chime_timer *t = start(NULL, 0);
+    enum { N = 8 * CHIME__REC_CHUNK };
+    static chime_id ids[N];
+    for (int round = 0; round < 4; round++) {
+        for (size_t i = 0; i < N; i++)
+            CHECK_EQ(chime_timer_schedule(t, 3600 * 1000 * MS, noop, NULL, &ids[i]), 0);
+        chime__timer_sync(t); /* all taken in: live is N */
+        /* Replace them all: the cancels reach the advancing thread while the new timers are still on
+         * their way. Found in review: it then saw few live records against many chunks, drained the
+         * chunks the new timers were taking records from, and the producer grew the pool again. */
+        for (size_t i = 0; i < N; i++)
+            CHECK_EQ(chime_timer_cancel(t, ids[i]), 0);
+        for (size_t i = 0; i < N; i++)
+            CHECK_EQ(chime_timer_schedule(t, 3600 * 1000 * MS, noop, NULL, &ids[i]), 0);
+        chime__timer_sync(t);
+        size_t held = chime__timer_memory(t);
+        printf("# round %d: %zu records held\n", round, held);
+        CHECK(held <= 2 * N + 4 * CHIME__REC_CHUNK, "round %d: %zu records held for %d live and %d cancelled",
+              round, held, N, N);
+        for (size_t i = 0; i < N; i++)
+            CHECK_EQ(chime_timer_cancel(t, ids[i]), 0);
+        chime__timer_sync(t);
+    }
+    chime_timer_free(t);
+}
+
 /* ---- stop ---- */
 
 #define UNFIRED_MAX 1000
@@ -835,6 +863,7 @@ int main(void)
         { "now is the runtime clock and schedule_at pairs with it", now_is_the_runtime_clock_and_schedule_at_pairs_with_it },
         { "a timer whose placing runs out of memory fires once on time", a_timer_whose_placing_runs_out_of_memory_fires_once_on_time },
         { "memory waits while a deadline is near and goes back once none is", memory_waits_while_a_deadline_is_near_and_goes_back_once_none_is },
+        { "a storm of replacements does not make the pool drain what producers need", a_storm_of_replacements_does_not_make_the_pool_drain_what_producers_need },
         { "bad input is a clear error and schedules nothing", bad_input_is_a_clear_error_and_schedules_nothing },
         { "a timer fires on its tick and never early", a_timer_fires_on_its_tick_and_never_early },
         { "schedules from one thread fire in their order", schedules_from_one_thread_fire_in_their_order },

@@ -12,6 +12,7 @@
  * random record of 32 MB, and with 4 KiB pages nearly every one is also a TLB miss. Below it, 2 MiB
  * pages would cost more memory than they save (as in wheel/nodes.c). */
 #define HUGE_FROM (UINT64_C(4) << 20)
+#define GRAIN (UINT32_C(1) << 17) /* records made writable at a time: 4 MiB of hot halves, 2 of cold */
 
 enum { FRESH, ACTIVE, DRAINING, READY };
 
@@ -136,6 +137,10 @@ static int pop(struct chime__records *r, struct chime__shard *s, uint32_t *idx)
         uint32_t top = HEAD_IDX(h);
         if (top == CHIME__REC_NIL)
             return -EAGAIN;
+        /* The taker writes both halves next, and its push (a locked instruction) waits for those
+         * stores: fetch them for writing now, so their misses overlap the compare-and-swap. */
+        __builtin_prefetch(&r->hot[top], 1);
+        __builtin_prefetch(&r->cold[top], 1);
         /* relaxed: if top is still the top, its link was published by the push we acquired; if a
          * concurrent pop took it meanwhile, this value is garbage and the CAS below fails (the tag
          * changed). The record is mapped either way: chunks are never unmapped. */
@@ -181,10 +186,26 @@ static void chain_add(const struct chime__records *r, struct chime__rec_batch *b
 
 /* ---- growth (producers, under grow_lock) ---- */
 
-static int commit(void *base, size_t unit, uint32_t c)
+/* Make records [r->mapped, want) writable in every array, in whole grains: committing costs no
+ * memory until a page is touched, and a grain spans whole 2 MiB pages of each array, which the
+ * kernel can then back with transparent huge pages beyond HUGE_FROM (a fault inside a range that is
+ * only partly writable gets 4 KiB pages). */
+static int commit(struct chime__records *r, uint32_t want)
 {
-    char *p = (char *)base + (size_t)c * CHIME__REC_CHUNK * unit;
-    return mprotect(p, CHIME__REC_CHUNK * unit, PROT_READ | PROT_WRITE) ? -ENOMEM : 0;
+    if (want <= r->mapped)
+        return 0;
+    uint32_t to = (want + GRAIN - 1) / GRAIN * GRAIN;
+    if (to > CHIME__REC_MAX)
+        to = CHIME__REC_MAX;
+    void *base[3] = { r->hot, r->cold, r->period };
+    size_t unit[3] = { REC_BYTES, CALL_BYTES, sizeof(uint64_t) };
+    for (int i = 0; i < 3; i++) {
+        char *p = (char *)base[i] + (size_t)r->mapped * unit[i];
+        if (mprotect(p, (size_t)(to - r->mapped) * unit[i], PROT_READ | PROT_WRITE))
+            return -ENOMEM; /* an array made writable stays so; the next growth tries the rest again */
+    }
+    r->mapped = to;
+    return 0;
 }
 
 static void populate(void *base, size_t unit, uint32_t c)
@@ -210,9 +231,8 @@ static int grow(struct chime__records *r, unsigned s)
     if (c == top) {
         if (c == CHIME__REC_CHUNKS)
             return -ENOMEM;
-        if (commit(r->hot, REC_BYTES, c) || commit(r->cold, CALL_BYTES, c) ||
-            commit(r->period, sizeof(uint64_t), c))
-            return -ENOMEM; /* a part committed stays so; the next growth commits it again */
+        if (commit(r, (c + 1) << CHIME__REC_CHUNK_SHIFT))
+            return -ENOMEM;
         r->chunk[c].gen_max = 0;
     }
     populate(r->hot, REC_BYTES, c);
@@ -314,7 +334,7 @@ static void reactivate_one(struct chime__records *r)
     }
 }
 
-static void balance(struct chime__records *r)
+void chime__records_balance(struct chime__records *r)
 {
     uint32_t active = atomic_load_explicit(&r->active, memory_order_relaxed); /* as in grow() */
     uint32_t want = wanted(r->live);
@@ -328,8 +348,11 @@ void chime__records_known(struct chime__records *r, uint32_t idx)
 {
     r->chunk[idx >> CHIME__REC_CHUNK_SHIFT].live++;
     r->live++;
-    if (r->draining && (r->live & (CHIME__REC_CHUNK / 4 - 1)) == 0)
-        balance(r); /* live is growing: maybe take a draining chunk back (checked every 1024) */
+    /* Live is growing: take a draining chunk back if live records want it (checked every 1024, so
+     * the scan in it is O(1) amortised). Always safe, unlike draining (see chime__records_balance). */
+    if (r->draining && (r->live & (CHIME__REC_CHUNK / 4 - 1)) == 0 &&
+        atomic_load_explicit(&r->active, memory_order_relaxed) < wanted(r->live)) /* as in grow() */
+        reactivate_one(r);
 }
 
 /* Put a free record of a draining chunk in its quarantine. */
@@ -370,8 +393,6 @@ void chime__records_give(struct chime__records *r, uint32_t idx)
             b->count = 0;
         }
     }
-    if ((r->live & (CHIME__REC_CHUNK / 4 - 1)) == 0)
-        balance(r); /* every 1024 records: the scans in it stay O(1) amortised */
 }
 
 void chime__records_flush(struct chime__records *r)
@@ -424,7 +445,10 @@ static void release_one(struct chime__records *r)
     for (uint32_t c = 0, top = chunks_top(r); c < top; c++) {
         if (chunk_state(r, c) != READY)
             continue;
-        pthread_mutex_lock(&r->grow_lock); /* against growth, which reads FRESH and gen_max */
+        /* Against growth, which reads FRESH and gen_max. A producer growing the pool holds the lock
+         * for a while (it maps and fills a chunk): rather than wait, try again at the next step. */
+        if (pthread_mutex_trylock(&r->grow_lock))
+            return;
         release(r->hot, REC_BYTES, c);
         release(r->cold, CALL_BYTES, c);
         release(r->period, sizeof(uint64_t), c);
@@ -442,9 +466,7 @@ bool chime__records_idle(struct chime__records *r)
 {
     if (r->closed)
         return false; /* read under no lock: only this thread closes */
-    uint32_t active = atomic_load_explicit(&r->active, memory_order_relaxed); /* as in grow() */
-    if (active > wanted(r->live) + 1)
-        drain_one(r); /* the give-backs that would have drained it have stopped */
+    chime__records_balance(r);
     if (!r->sweeping && r->sweep_wanted) {
         r->sweep_wanted = false;
         r->sweeping = true;

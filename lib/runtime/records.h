@@ -34,10 +34,10 @@
  *   - A chunk is FRESH (no memory), ACTIVE (its records circulate), DRAINING (its records are given
  *     back to a quarantine of its own, not to the stacks) or READY (draining, every record
  *     quarantined). The advancing thread keeps about live * 5/4 records' worth of chunks active plus
- *     a reserve of CHIME__REC_RESERVE chunks: when it gives a record back and more are active it marks
- *     the highest active chunk DRAINING; when live grows back it reactivates a draining chunk (its
- *     quarantine goes to a stack in one push). Both O(1) amortised (a scan of chunk states, once per
- *     chunk's worth of records).
+ *     a reserve of CHIME__REC_RESERVE chunks: when more are active, it marks the highest active chunk
+ *     DRAINING (once per iteration, and only when nothing is queued, else `live` misses the records on
+ *     their way); when live grows back it reactivates a draining chunk (its quarantine goes to a stack
+ *     in one push). Each is a scan of chunk states, once per iteration or per 1024 records.
  *   - Records of a chunk that was still active when they were given back sit on the stacks: an idle
  *     sweep (chime__records_idle) takes one stack at a time and moves them to their chunk's quarantine,
  *     a bounded number per step.
@@ -46,7 +46,8 @@
  *
  * Concurrency contract:
  *   - chime__records_take, chime__records_find, chime__records_at: any thread.
- *   - chime__records_known, _give, _flush, _idle, _close, _taken, _each: the advancing thread only.
+ *   - chime__records_known, _give, _balance, _flush, _idle, _close, _taken, _each: the advancing
+ *     thread only.
  *   - init/destroy: no other call running.
  */
 #ifndef CHIME_RUNTIME_RECORDS_H
@@ -120,6 +121,7 @@ struct chime__records {
                                                 committed / CHIME__REC_CHUNK chunks ever used */
     _Atomic uint32_t active;                 /* ACTIVE chunks */
     bool closed;                             /* the pool hands out nothing more */
+    uint32_t mapped;                         /* records [0, mapped) are writable (commit()) */
     pthread_mutex_t grow_lock;               /* growth, release, close: never on the fast path */
 
     /* The advancing thread's own. */
@@ -178,6 +180,16 @@ void chime__records_known(struct chime__records *r, uint32_t idx);
 /* Give record idx back (it was known): every id naming it dies, and it goes to its shard's stack or,
  * if its chunk is draining, to the chunk's quarantine. O(1) amortised. */
 void chime__records_give(struct chime__records *r, uint32_t idx);
+
+/*
+ * Drain the highest active chunk if more are active than the live records want, or put a draining
+ * one back to work if fewer. Call it only when nothing is queued: `live` counts the records the
+ * advancing thread has taken in, and while a storm's records are on their way through the queue it
+ * is far below what producers hold; draining then would quarantine records the producers need, and
+ * they would grow the pool again (found in review). O(chunks) at most, so call it at most once per
+ * batch of work (the advancing thread: once per iteration).
+ */
+void chime__records_balance(struct chime__records *r);
 
 /* Push what the give-back batches hold onto the stacks. */
 void chime__records_flush(struct chime__records *r);

@@ -183,6 +183,8 @@ void *chime__timer_main(void *arg)
         chime__timer_hand_out(t);
         if (t->L.live > t->trim_peak)
             t->trim_peak = t->L.live;
+        if (!t->closed && chime__mpsc_empty(&t->queue))
+            chime__records_balance(&t->recs); /* O(chunks) at most, once per iteration */
         if (more || !done)
             continue; /* a storm: take the producers' news before the next batch */
         chime__records_flush(&t->recs);
