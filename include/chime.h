@@ -176,7 +176,8 @@ CHIME_API uint64_t chime_wheel_now(const chime_wheel *w);
  * reschedule timers without a lock: each call pushes onto a lock-free queue that the advancing thread
  * drains. The thread sleeps until the earliest deadline (no tick while idle), fires what is due and
  * runs callbacks itself, or hands them to a pool of worker threads so that a slow callback cannot
- * hold up the clock. Time is CLOCK_MONOTONIC in nanoseconds. docs/design.md explains the protocol.
+ * hold up the clock. Time is CLOCK_MONOTONIC in nanoseconds. docs/design.md explains the design;
+ * lib/runtime/state.h holds the protocol between threads.
  *
  * Rules shared by every function below:
  *   - Deadlines round up to the next tick: a timer never fires early. It fires as soon as the

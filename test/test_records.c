@@ -1,8 +1,10 @@
 /*
  * The runtime's record pool (lib/runtime/records.h) on its own: take and give, ids that die when a
- * record is given back, shards that lend to each other, memory given back in idle steps (drain,
- * sweep, quarantine, release) and taken again, close, and producers taking on several threads while
- * one thread gives back (TSan runs this). A plain TAP program (tap.h).
+ * record is given back, shards that lend to each other, free records that gather chunk by chunk when
+ * nobody takes them, memory given back in idle steps (sweep, release) and taken again, dry shards
+ * refilled, close, and producers taking on several threads while one thread gives back (TSan runs
+ * this). The test plays the advancing thread: it calls chime__records_balance once per "iteration",
+ * as thread.c does. A plain TAP program (tap.h).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -53,6 +55,7 @@ static void give(uint32_t idx)
 static unsigned idle_until_done(void)
 {
     unsigned steps = 0;
+    chime__records_flush(&r);
     while (chime__records_idle(&r))
         CHECK(++steps < 1000000, "idle work does not end");
     return steps;
@@ -67,11 +70,22 @@ static bool id_is_live(chime_id id)
     return chime__gen(s) == (uint32_t)(id >> 32) && chime__life(s) != CHIME__LIFE_FREE;
 }
 
+static void shuffle(uint32_t *v, uint32_t n, uint64_t seed)
+{
+    struct rng rng = { .state = seed };
+    for (uint32_t i = n - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)rng_below(&rng, i + 1), t = v[i];
+        v[i] = v[j];
+        v[j] = t;
+    }
+}
+
 static void a_taken_record_is_named_by_its_id_until_it_is_given_back(void)
 {
     CHECK_EQ(chime__records_init(&r), 0);
     chime_id id;
     uint32_t idx = take_live(0, &id);
+    chime__records_balance(&r); /* a producer is taking: records given back go to its stack */
     CHECK(id != 0, "id 0");
     CHECK(chime__records_find(&r, id) == chime__records_at(&r, idx), "find misses the record");
     CHECK(id_is_live(id), "the id does not name its record");
@@ -103,7 +117,6 @@ static void every_record_taken_is_distinct_and_shards_lend_to_each_other(void)
         idx[i] = take_live(i % 2, NULL); /* two shards: each grows chunks, and borrows */
         CHECK(idx[i] < 4 * CHIME__REC_CHUNK && !seen[idx[i]]++, "record %u handed out twice", idx[i]);
     }
-    check();
     /* Empty every stack: take on shard 0 until the pool grows (every stack was empty then), then
      * the rest of the new chunk, which growth put on shard 0. */
     size_t capacity = chime__records_capacity(&r);
@@ -111,6 +124,8 @@ static void every_record_taken_is_distinct_and_shards_lend_to_each_other(void)
         take_live(0, NULL);
     for (uint32_t i = 1; i < CHIME__REC_CHUNK; i++)
         take_live(0, NULL);
+    chime__records_balance(&r); /* producers are taking */
+    check();
     /* Give the first N back to shard 1: shard 0 then borrows (hint 1) instead of growing. */
     for (uint32_t i = 0; i < N; i++) {
         struct chime__rec *rec = chime__records_at(&r, idx[i]);
@@ -136,19 +151,18 @@ static void memory_goes_back_in_idle_steps_and_old_ids_stay_dead(void)
     static chime_id ids[N];
     for (uint32_t i = 0; i < N; i++)
         idx[i] = take_live(i % CHIME__SHARDS, &ids[i]);
+    chime__records_balance(&r);
     size_t peak = chime__records_capacity(&r);
     CHECK(peak >= N, "capacity %zu below %u", peak, N);
-    /* Give back in a shuffled order, as timers end: every chunk has some of its records on the stacks
-     * before it starts draining, so the sweep has work to do. */
-    struct rng rng = { .state = 42 };
-    for (uint32_t i = N - 1; i > 0; i--) {
-        uint32_t j = (uint32_t)rng_below(&rng, i + 1), t = idx[i];
-        idx[i] = idx[j];
-        idx[j] = t;
-    }
-    for (uint32_t i = 0; i < N; i++)
+    /* Timers end in a shuffled order, an iteration per 1024: while the producers' demand lasts the
+     * records go to the stacks (the sweep has work then), afterwards to their chunks' lists. */
+    shuffle(idx, N, 42);
+    for (uint32_t i = 0; i < N; i++) {
         give(idx[i]);
-    chime__records_flush(&r);
+        if (i % 1024 == 1023)
+            chime__records_balance(&r);
+    }
+    chime__records_balance(&r);
     check();
     unsigned steps = idle_until_done();
     check();
@@ -166,39 +180,65 @@ static void memory_goes_back_in_idle_steps_and_old_ids_stay_dead(void)
     chime__records_destroy(&r);
 }
 
-static void a_draining_chunk_is_put_back_to_work_when_load_returns(void)
+static void with_no_demand_records_gather_by_chunk_and_need_no_sweep(void)
+{
+    CHECK_EQ(chime__records_init(&r), 0);
+    enum { N = 16 * CHIME__REC_CHUNK };
+    static uint32_t idx[N];
+    for (uint32_t i = 0; i < N; i++)
+        idx[i] = take_live(0, NULL);
+    chime__records_balance(&r);
+    chime__records_balance(&r); /* no new records: the producers' demand is over */
+    for (uint32_t k = 0; k < 64 && r.demand; k++)
+        chime__records_balance(&r);
+    CHECK_EQ(r.demand, 0);
+    /* A burst firing: every record goes to its chunk's private list, none to a stack. */
+    shuffle(idx, N, 7);
+    for (uint32_t i = 0; i < N; i++) {
+        give(idx[i]);
+        if (i % 1024 == 1023)
+            chime__records_balance(&r);
+    }
+    chime__records_flush(&r);
+    CHECK_EQ(r.nprivate, N);
+    check();
+    unsigned steps = idle_until_done();
+    size_t after = chime__records_capacity(&r);
+    printf("# %u idle steps gave back %zu of %u records\n", steps, N - after, N);
+    CHECK(after <= (CHIME__REC_RESERVE + 1) * CHIME__REC_CHUNK, "%zu records still held", after);
+    /* Whole runs of chunks per step, and a sweep over empty stacks: a few dozen steps at most. */
+    CHECK(steps <= 8 * CHIME__SHARDS + N / CHIME__REC_CHUNK, "%u idle steps for %u chunks", steps,
+          N / CHIME__REC_CHUNK);
+    check();
+    chime__records_destroy(&r);
+}
+
+static void a_dry_shard_is_refilled_from_private_lists_before_the_pool_grows_much(void)
 {
     CHECK_EQ(chime__records_init(&r), 0);
     enum { N = 8 * CHIME__REC_CHUNK };
     static uint32_t idx[N];
     for (uint32_t i = 0; i < N; i++)
         idx[i] = take_live(0, NULL);
-    /* Seven chunks' records go back while the chunks are active (to the stacks); then the pool
-     * balances (nothing queued: live is exact), which drains the chunks beyond what live records want;
-     * the last chunk's records go back into its quarantine. */
-    for (uint32_t i = 0; i < N - CHIME__REC_CHUNK; i++)
-        give(idx[i]);
-    for (int i = 0; i < 10; i++)
-        chime__records_balance(&r);
-    CHECK(r.draining >= 2, "balance drained %u chunks", r.draining);
-    for (uint32_t i = N - CHIME__REC_CHUNK; i < N; i++)
-        give(idx[i]);
-    chime__records_flush(&r);
-    check();
-    CHECK(r.quarantined > 0, "nothing quarantined");
-    size_t drained = chime__records_capacity(&r);
-    /* No idle step ran: nothing is released yet. Load comes back: the draining chunks are taken back
-     * before the pool grows into new ones. */
     for (uint32_t i = 0; i < N; i++)
+        give(idx[i]); /* no balance yet: no demand known, so all to private lists */
+    chime__records_flush(&r);
+    CHECK_EQ(r.nprivate, N);
+    size_t before = chime__records_capacity(&r);
+    /* Load comes back. The first take finds every stack empty: it grows the pool (a producer cannot
+     * wait) and marks its shard dry; the next balance refills the shard from the private lists. */
+    idx[0] = take_live(0, NULL);
+    CHECK(atomic_load(&r.dry) & 1, "shard 0 not marked dry");
+    chime__records_balance(&r);
+    CHECK_EQ(atomic_load(&r.dry), 0);
+    for (uint32_t i = 1; i < N; i++) {
         idx[i] = take_live(0, NULL);
+        if (i % 1024 == 0)
+            chime__records_balance(&r); /* the advancing thread's iterations */
+    }
     check();
-    CHECK(chime__records_capacity(&r) <= drained + CHIME__REC_CHUNK,
-          "capacity %zu: grew beyond the %zu records it held", chime__records_capacity(&r), drained);
-    for (uint32_t i = 0; i < N; i++)
-        give(idx[i]);
-    chime__records_flush(&r);
-    idle_until_done();
-    check();
+    CHECK(chime__records_capacity(&r) <= before + 2 * CHIME__REC_CHUNK,
+          "capacity %zu: grew beyond the %zu records it held", chime__records_capacity(&r), before);
     chime__records_destroy(&r);
 }
 
@@ -209,6 +249,7 @@ static void a_closed_pool_refuses_takes_and_counts_what_is_out(void)
     static uint32_t idx[N];
     for (uint32_t i = 0; i < N; i++)
         idx[i] = take_live(i % 3, NULL);
+    chime__records_balance(&r);
     for (uint32_t i = 0; i < N / 2; i++)
         give(idx[i]);
     /* A record taken and not yet known (a producer that has not pushed it yet) counts as taken. */
@@ -224,12 +265,11 @@ static void a_closed_pool_refuses_takes_and_counts_what_is_out(void)
     chime__records_destroy(&r);
 }
 
-/* Producers take on several threads while this one gives back and steps idle work. */
+/* Producers take on several threads while this one gives back, balances and steps idle work. */
 #define PRODUCERS 3
 #define PER_PRODUCER 100000
 static _Atomic uint32_t handed[PRODUCERS * PER_PRODUCER];
 static _Atomic uint32_t handed_n;
-static _Atomic int producers_done;
 
 static void *producer(void *arg)
 {
@@ -245,7 +285,6 @@ static void *producer(void *arg)
         uint32_t at = atomic_fetch_add_explicit(&handed_n, 1, memory_order_relaxed);
         atomic_store_explicit(&handed[at], idx + 1, memory_order_release);
     }
-    atomic_fetch_add(&producers_done, 1);
     return NULL;
 }
 
@@ -253,7 +292,6 @@ static void producers_take_while_the_owner_gives_back_and_trims(void)
 {
     CHECK_EQ(chime__records_init(&r), 0);
     atomic_store(&handed_n, 0);
-    atomic_store(&producers_done, 0);
     for (size_t i = 0; i < PRODUCERS * PER_PRODUCER; i++)
         atomic_store(&handed[i], 0);
     pthread_t th[PRODUCERS];
@@ -261,12 +299,13 @@ static void producers_take_while_the_owner_gives_back_and_trims(void)
         CHECK_EQ(pthread_create(&th[p], NULL, producer, (void *)(uintptr_t)p), 0);
     static uint8_t out[1u << 20]; /* records handed out and not given back */
     memset(out, 0, sizeof out);
-    uint32_t next = 0;
+    uint32_t next = 0, iter = 0;
     while (next < PRODUCERS * PER_PRODUCER) {
         /* acquire: pairs with the producer's release store. */
         uint32_t v = atomic_load_explicit(&handed[next], memory_order_acquire);
         if (!v) {
             chime__records_flush(&r);
+            chime__records_balance(&r);
             chime__records_idle(&r); /* memory work while producers run */
             continue;
         }
@@ -277,10 +316,13 @@ static void producers_take_while_the_owner_gives_back_and_trims(void)
         out[idx] = 0; /* before the give: a producer may take it again at once */
         give(idx);
         next++;
+        if (++iter % 256 == 0)
+            chime__records_balance(&r);
     }
     for (unsigned p = 0; p < PRODUCERS; p++)
         pthread_join(th[p], NULL);
-    chime__records_flush(&r);
+    for (int k = 0; k < 64; k++)
+        chime__records_balance(&r); /* the producers are gone: demand falls to 0 */
     idle_until_done();
     check();
     CHECK(chime__records_capacity(&r) <= (CHIME__REC_RESERVE + 1) * CHIME__REC_CHUNK,
@@ -294,7 +336,8 @@ int main(void)
         { "a taken record is named by its id until it is given back", a_taken_record_is_named_by_its_id_until_it_is_given_back },
         { "every record taken is distinct and shards lend to each other", every_record_taken_is_distinct_and_shards_lend_to_each_other },
         { "memory goes back in idle steps and old ids stay dead", memory_goes_back_in_idle_steps_and_old_ids_stay_dead },
-        { "a draining chunk is put back to work when load returns", a_draining_chunk_is_put_back_to_work_when_load_returns },
+        { "with no demand records gather by chunk and need no sweep", with_no_demand_records_gather_by_chunk_and_need_no_sweep },
+        { "a dry shard is refilled from private lists before the pool grows much", a_dry_shard_is_refilled_from_private_lists_before_the_pool_grows_much },
         { "a closed pool refuses takes and counts what is out", a_closed_pool_refuses_takes_and_counts_what_is_out },
         { "producers take while the owner gives back and trims", producers_take_while_the_owner_gives_back_and_trims },
     };

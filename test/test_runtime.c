@@ -639,6 +639,10 @@ static void stop_drain_waits_for_one_shots_and_ends_periodic_timers(void)
         extra++;
         sched_yield();
     }
+    /* A producer sees the stop before the advancing thread may: an iteration it began before the
+     * stop could still read the clock moved below and fire the periodic timer once more (found when
+     * the iterations grew longer). Wait for an iteration that began after the stop first. */
+    chime__timer_sync(t);
     CHECK_EQ(chime_timer_cancel(t, b), 0);
     set_time(t, 9 * MS);
     CHECK_EQ(atomic_load(&s.done), 0);

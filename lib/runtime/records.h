@@ -7,7 +7,7 @@
  *     hot (32 bytes, struct chime__rec)       cold (16 bytes, struct chime__rec_call)
  *     @0  deadline, ticks (the levels')        fn
  *     @8  pos (the levels' position word)      arg
- *     @12 link (queue / free stack / quarantine)
+ *     @12 link (queue / free stack / private list)
  *     @16 state (state.h)
  *     @24 deadline_ns, as requested
  * The levels (wheel/levels.h) reach deadline and pos and nothing else; only the advancing thread
@@ -31,21 +31,22 @@
  *
  * GIVING MEMORY BACK never delays a due timer: the advancing thread does O(1) work per record it
  * gives back, and anything that walks more than one record runs in bounded steps only when it is idle.
- *   - A chunk is FRESH (no memory), ACTIVE (its records circulate), DRAINING (its records are given
- *     back to a quarantine of its own, not to the stacks) or READY (draining, every record
- *     quarantined). The advancing thread keeps about live * 5/4 records' worth of chunks active plus
- *     a reserve of CHIME__REC_RESERVE chunks: when more are active, it marks the highest active chunk
- *     DRAINING (once per iteration, and only when nothing is queued, else `live` misses the records on
- *     their way); when live grows back it reactivates a draining chunk (its quarantine goes to a stack
- *     in one push). Each is a scan of chunk states, once per iteration or per 1024 records.
- *   - Records of a chunk that was still active when they were given back sit on the stacks: an idle
- *     sweep (chime__records_idle) takes one stack at a time and moves them to their chunk's quarantine,
- *     a bounded number per step.
- *   - A READY chunk holds no live timer and no free record anyone can take: the idle step releases it,
- *     one per step.
+ *   - Every chunk has a private free list, the advancing thread's. A record given back goes to its
+ *     shard's stack while producers are taking records (`demand`) and its chunk is below the
+ *     watermark (the chunks live records want: live * 5/4, a few iterations' demand, and a reserve
+ *     of CHIME__REC_RESERVE chunks); otherwise to its chunk's private list. So while timers only end
+ *     (a burst firing, cancels without new schedules), free records gather chunk by chunk instead of
+ *     on stacks in no order.
+ *   - A producer that finds its stack empty marks its shard dry (and wakes the advancing thread, which
+ *     refills the shard with private lists, the lowest chunks' first, one push per list).
+ *   - Idle steps: a chunk above the watermark whose every record is on its private list holds no live
+ *     timer and no record anyone can take, and is released (madvise), up to RELEASE_RUN contiguous
+ *     chunks per step; and when the watermark falls, a sweep moves records of the chunks above it off
+ *     the stacks into their private lists, a bounded number per step, taking a stack off its shard and
+ *     putting back what it did not look at before the step ends.
  *
  * Concurrency contract:
- *   - chime__records_take, chime__records_find, chime__records_at: any thread.
+ *   - chime__records_take, chime__records_find, chime__records_at, _capacity: any thread.
  *   - chime__records_known, _give, _balance, _flush, _idle, _close, _taken, _each: the advancing
  *     thread only.
  *   - init/destroy: no other call running.
@@ -69,7 +70,7 @@
 #define CHIME__REC_MAX CHIME__MAX_NODES
 #define CHIME__REC_CHUNKS (CHIME__REC_MAX >> CHIME__REC_CHUNK_SHIFT)
 #define CHIME__SHARDS 8u          /* free stacks; threads are spread over them round-robin */
-#define CHIME__REC_RESERVE 2u     /* chunks kept active beyond what live timers need */
+#define CHIME__REC_RESERVE 2u     /* chunks kept beyond what live timers need */
 #define CHIME__REC_NIL UINT32_MAX
 /* A record's pos while it is not in the levels (no entry has this index: levels.h). */
 #define CHIME__REC_UNPLACED CHIME__POS_INDEX
@@ -78,7 +79,7 @@ _Static_assert(CHIME__SHARDS <= CHIME__ST_SHARDS, "a shard fits the state word's
 struct chime__rec {
     uint64_t deadline;            /* ticks; the levels' (advancing thread only) */
     uint32_t pos;                 /* the levels' position word, or CHIME__REC_UNPLACED */
-    _Atomic uint32_t link;        /* next on the queue, a free stack, or a quarantine */
+    _Atomic uint32_t link;        /* next on the queue, a free stack, or a private list */
     _Atomic uint64_t state;       /* state.h */
     _Atomic uint64_t deadline_ns; /* the requested deadline: the producer's, then a reschedule's */
 };
@@ -116,23 +117,25 @@ struct chime__records {
 
     struct chime__shard shard[CHIME__SHARDS];
 
-    /* Growth: shared, under grow_lock. */
+    /* Shared. */
     _Alignas(64) _Atomic uint32_t committed; /* records [0, committed) are mapped: find's bound;
                                                 committed / CHIME__REC_CHUNK chunks ever used */
-    _Atomic uint32_t active;                 /* ACTIVE chunks */
-    bool closed;                             /* the pool hands out nothing more */
-    uint32_t mapped;                         /* records [0, mapped) are writable (commit()) */
+    _Atomic uint32_t used;                   /* chunks holding memory (not FRESH) */
+    _Atomic uint32_t dry;                    /* bit s: a producer found shard s's stack empty */
+    uint32_t mapped;                         /* records [0, mapped) are writable (under grow_lock) */
+    bool closed;                             /* the pool hands out nothing more (under grow_lock) */
     pthread_mutex_t grow_lock;               /* growth, release, close: never on the fast path */
 
     /* The advancing thread's own. */
     _Alignas(64) size_t live;                /* records taken in and not given back */
-    size_t quarantined;                      /* records in quarantines, all chunks */
-    uint32_t draining, ready;                /* DRAINING (READY included) and READY chunks */
-    bool sweep_wanted;                       /* a chunk began draining since the last sweep began */
-    bool sweeping;
-    unsigned sweep_shard;                    /* the stack being swept, taken off its shard */
-    uint32_t sweep_next;                     /* the rest of it, still to look at */
-    struct chime__rec_batch sweep_kept;      /* what goes back to that shard */
+    size_t known, known_seen;                /* records ever taken in; at the last balance */
+    size_t demand;                           /* records taken in per iteration, recently */
+    size_t nprivate;                         /* records on private lists, all chunks */
+    uint32_t watermark;                      /* chunks below it feed the stacks */
+    uint32_t low_free;                       /* no private list below this chunk */
+    bool sweep_wanted;                       /* the watermark fell since the last sweep began */
+    bool sweeping;                           /* a sweep pass is under way... */
+    unsigned sweep_shard;                    /* ...at this shard's stack */
     struct chime__rec_batch give[CHIME__SHARDS];
 };
 
@@ -177,17 +180,13 @@ int chime__records_take(struct chime__records *r, unsigned shard, uint32_t *idx,
 /* The advancing thread has taken record idx in (its first apply): it counts as live. O(1). */
 void chime__records_known(struct chime__records *r, uint32_t idx);
 
-/* Give record idx back (it was known): every id naming it dies, and it goes to its shard's stack or,
- * if its chunk is draining, to the chunk's quarantine. O(1) amortised. */
+/* Give record idx back (it was known): every id naming it dies, and it goes to its shard's stack or
+ * to its chunk's private list (see the top). O(1) amortised. */
 void chime__records_give(struct chime__records *r, uint32_t idx);
 
 /*
- * Drain the highest active chunk if more are active than the live records want, or put a draining
- * one back to work if fewer. Call it only when nothing is queued: `live` counts the records the
- * advancing thread has taken in, and while a storm's records are on their way through the queue it
- * is far below what producers hold; draining then would quarantine records the producers need, and
- * they would grow the pool again (found in review). O(chunks) at most, so call it at most once per
- * batch of work (the advancing thread: once per iteration).
+ * Once per iteration of the advancing thread: update the demand and the watermark, and refill the
+ * shards producers found dry. O(chunks) at most (a refill's scan for private lists).
  */
 void chime__records_balance(struct chime__records *r);
 
@@ -198,8 +197,7 @@ void chime__records_flush(struct chime__records *r);
  * timer is due and nothing is queued. Return: true if there is more to do. */
 bool chime__records_idle(struct chime__records *r);
 
-/* Refuse every later take with -ESHUTDOWN (a take already past its check still completes), and put
- * back what a sweep had taken off a stack. */
+/* Refuse every later take with -ESHUTDOWN (a take already past its check still completes). */
 void chime__records_close(struct chime__records *r);
 
 /* Records taken by producers and not given back (live ones and ones not yet applied). Exact once the
@@ -209,10 +207,10 @@ size_t chime__records_taken(struct chime__records *r);
 /* Call fn(ctx, idx) for every record of every chunk that holds memory. O(capacity). */
 void chime__records_each(struct chime__records *r, void (*fn)(void *ctx, uint32_t idx), void *ctx);
 
-/* Records the pool holds memory for (chunks not FRESH). */
+/* Records the pool holds memory for (chunks not FRESH). Any thread; exact once no producer grows. */
 size_t chime__records_capacity(const struct chime__records *r);
 
-/* Walk the stacks and quarantines: every record free once, counts right. For the tests: call it with
+/* Walk the stacks and private lists: every record free once, counts right. For the tests: call it with
  * no producer at work. Return: NULL or a description of the first fault. O(capacity). */
 const char *chime__records_check(struct chime__records *r);
 

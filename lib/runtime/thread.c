@@ -8,11 +8,12 @@
  * next deadline is more than IDLE_MARGIN_NS away; then sleep until the next deadline (wake.h).
  *
  * GIVING MEMORY BACK NEVER DELAYS A DUE TIMER. While timers are due, the thread's memory work is O(1)
- * per record (records.h: a give-back, and a chunk's quarantine). Everything that walks more than one
- * record or slot (the sweep of the free stacks, releasing a chunk, freeing idle slot arrays) is an
- * idle step: it starts only when nothing is queued, no stop is asked for, and the next deadline is at
- * least IDLE_MARGIN_NS away, and each step is bounded (256 records, one chunk, or the
- * levels' slots once), below the margin.
+ * per record (records.h: a give-back, to a stack or to a chunk's private list) and a scan of chunks
+ * once per iteration (chime__records_balance). Everything that walks more than one record or slot
+ * (the sweep of the free stacks, releasing chunks, freeing idle slot arrays) is an idle step: it
+ * starts only when nothing is queued, no stop is asked for, and the next deadline is at least
+ * IDLE_MARGIN_NS away, and each step is bounded (256 records, 32 chunks, or the levels' slots once),
+ * below the margin.
  */
 #define _GNU_SOURCE /* prctl: a Linux interface beyond C11 */
 #include <sched.h>
@@ -185,8 +186,8 @@ void *chime__timer_main(void *arg)
         chime__timer_hand_out(t);
         if (t->L.live > t->trim_peak)
             t->trim_peak = t->L.live;
-        if (!t->closed && chime__mpsc_empty(&t->queue))
-            chime__records_balance(&t->recs); /* O(chunks) at most, once per iteration */
+        if (!t->closed)
+            chime__records_balance(&t->recs); /* demand, watermark, dry shards: once per iteration */
         if (more || !done)
             continue; /* a storm: take the producers' news before the next batch */
         chime__records_flush(&t->recs);
