@@ -24,6 +24,16 @@
 extern "C" {
 #endif
 
+/*
+ * The version of this header: MAJOR.MINOR.PATCH, and packed as (MAJOR << 16) | (MINOR << 8) | PATCH
+ * so that versions compare as integers. chime_version() returns the packed version of the library
+ * the program runs with. The build refuses to configure if these disagree with meson.build's version.
+ */
+#define CHIME_VERSION_MAJOR 0
+#define CHIME_VERSION_MINOR 2
+#define CHIME_VERSION_PATCH 0
+#define CHIME_VERSION ((CHIME_VERSION_MAJOR << 16) | (CHIME_VERSION_MINOR << 8) | CHIME_VERSION_PATCH)
+
 #if defined(CHIME_BUILDING_LIBRARY) && defined(__GNUC__)
 #define CHIME_API __attribute__((visibility("default")))
 #else
@@ -37,10 +47,15 @@ extern "C" {
 /*
  * The default layout: a clock with a millisecond tick. 1000 ms make a second, 60 s a minute,
  * 60 min an hour, 24 h a day, and 512 day slots let the top level span 512 days (about 1.4 years).
+ * The CHIME_LAYOUT_* macros are designated initializers for a chime_wheel_config or a
+ * chime_timer_config: struct chime_wheel_config cfg = { .start = now, CHIME_LAYOUT_SECONDS };
+ * C++ before C++20 has no designated initializers: it names a layout with chime_layout_*() below.
  */
-#define CHIME_LAYOUT_MILLISECONDS .levels = 5, .slots = { 1000, 60, 60, 24, 512 }
+#define CHIME_LAYOUT_MILLISECONDS .levels = 5, .slots = { CHIME__SLOTS_MILLISECONDS }
 /* The same clock with a one-second tick: 60 s, 60 min, 24 h, 512 days. */
-#define CHIME_LAYOUT_SECONDS .levels = 4, .slots = { 60, 60, 24, 512 }
+#define CHIME_LAYOUT_SECONDS .levels = 4, .slots = { CHIME__SLOTS_SECONDS }
+#define CHIME__SLOTS_MILLISECONDS 1000, 60, 60, 24, 512
+#define CHIME__SLOTS_SECONDS 60, 60, 24, 512
 
 /*
  * A timer handle. 0 is never a valid id. An id names one scheduling of one timer: once that timer
@@ -60,14 +75,47 @@ struct chime_wheel_config {
     uint32_t slots[CHIME_MAX_LEVELS];  /* slots per level, lowest first; level i's slot spans level i-1 */
 };
 
+/* Copy a layout's n slot counts into slots[] and zero the rest; returns n. Not for direct use. */
+static inline unsigned chime__layout(uint32_t slots[CHIME_MAX_LEVELS], const uint32_t *layout,
+                                     unsigned n)
+{
+    for (unsigned i = 0; i < CHIME_MAX_LEVELS; i++)
+        slots[i] = i < n ? layout[i] : 0;
+    return n;
+}
+
 /*
- * Create a wheel.
+ * Name a layout without designated initializers (C++ before C++20, or C that fills a config field
+ * by field): store the layout's slot counts in slots[] (entries past its levels set to 0) and return
+ * its number of levels, so one line sets a chime_wheel_config or a chime_timer_config alike:
+ *     cfg.levels = chime_layout_seconds(cfg.slots);
+ * The result is the same layout as the CHIME_LAYOUT_* macro of that name.
+ * @slots: the config's slots[]; must not be NULL.
+ * Return: the layout's number of levels (5 for milliseconds, 4 for seconds).
+ * Complexity: O(CHIME_MAX_LEVELS). Thread safety: any thread (slots is the caller's).
+ */
+static inline unsigned chime_layout_milliseconds(uint32_t slots[CHIME_MAX_LEVELS])
+{
+    static const uint32_t layout[] = { CHIME__SLOTS_MILLISECONDS };
+    return chime__layout(slots, layout, (unsigned)(sizeof(layout) / sizeof(layout[0])));
+}
+
+static inline unsigned chime_layout_seconds(uint32_t slots[CHIME_MAX_LEVELS])
+{
+    static const uint32_t layout[] = { CHIME__SLOTS_SECONDS };
+    return chime__layout(slots, layout, (unsigned)(sizeof(layout) / sizeof(layout[0])));
+}
+
+/*
+ * Create a wheel. Deadlines beyond the layout's top level are held in hidden levels of 64 slots
+ * added above it, so every deadline up to UINT64_MAX costs the same O(1) per level it passes.
  * @out: receives the wheel; untouched on error.
  * @cfg: the layout and start time; NULL means start 0 with the default layout. Levels whose span
  *       would exceed 2^64 ticks are accepted and simply never used.
  * Return: 0; -EINVAL if out is NULL, levels > CHIME_MAX_LEVELS, or a used slots[i] is outside
  *         2..CHIME_MAX_SLOTS; -ENOMEM.
- * Complexity: O(total slots).
+ * Complexity: O(levels): the slot tables are mapped, not written (a page becomes resident when a
+ * slot on it is first used).
  * Thread safety: any thread; the new wheel belongs to the caller.
  */
 CHIME_API int chime_wheel_new(chime_wheel **out, const struct chime_wheel_config *cfg);
@@ -84,10 +132,12 @@ CHIME_API void chime_wheel_free(chime_wheel *w, chime_fn *on_unfired);
 /*
  * Schedule fn(arg) to run once, in the first chime_wheel_advance() whose now >= deadline. A deadline
  * at or before chime_wheel_now() fires in the next advance and, for ordering, counts as due at the
- * wheel's time of scheduling.
+ * wheel's time of scheduling. A wheel holds at most 2^28 timers.
  * @id: receives the timer's id; may be NULL if the timer will never be cancelled.
- * Return: 0; -EINVAL if w or fn is NULL; -ENOMEM (nothing is scheduled).
- * Complexity: O(1): one node from the pool (no malloc on the steady path), at most `levels` compares.
+ * Return: 0; -EINVAL if w or fn is NULL; -ENOMEM (out of memory, or 2^28 timers pending; nothing is
+ *         scheduled).
+ * Complexity: O(1) amortised: a node from the free list, a compare per level below the timer's, one
+ * multiply, an append to a slot's array (which grows, rarely, by a realloc).
  * Thread safety: calls on w must not overlap; may be called from w's callbacks.
  */
 CHIME_API int chime_wheel_schedule(chime_wheel *w, uint64_t deadline, chime_fn *fn, void *arg,
@@ -109,10 +159,12 @@ CHIME_API int chime_wheel_schedule_every(chime_wheel *w, uint64_t first, uint64_
 
 /*
  * Cancel a pending timer: it will not fire (again). Cancelling a periodic timer from inside its own
- * callback stops all later firings and returns 0.
+ * callback stops all later firings and returns 0. Never allocates.
  * Return: 0; -ENOENT if id is not pending (fired one-shot, cancelled, stale, forged, or 0);
  *         -EINVAL if w is NULL.
- * Complexity: O(1): one table lookup, one list unlink. The node is back in the pool on return.
+ * Complexity: O(1) amortised: one node read and one store (a tombstone in the timer's slot); a slot
+ * whose tombstones reach twice its timers is compacted then, which the cancels that made them pay
+ * for. The node is free for reuse on return.
  * Thread safety: as chime_wheel_schedule().
  */
 CHIME_API int chime_wheel_cancel(chime_wheel *w, chime_id id);
@@ -120,8 +172,9 @@ CHIME_API int chime_wheel_cancel(chime_wheel *w, chime_id id);
 /*
  * Move a pending timer to a new deadline, keeping its id, callback and argument. For ordering it
  * counts as a new schedule. A periodic timer continues from the new deadline: deadline + k*period.
- * Return: 0; -ENOENT if id is not pending; -EINVAL if w is NULL.
- * Complexity: O(1).
+ * Return: 0; -ENOENT if id is not pending; -EINVAL if w is NULL; -ENOMEM if the timer's new slot
+ *         could not grow (the timer stays pending at its old deadline).
+ * Complexity: O(1) amortised: as a schedule and a cancel.
  * Thread safety: as chime_wheel_schedule().
  */
 CHIME_API int chime_wheel_reschedule(chime_wheel *w, chime_id id, uint64_t deadline);
@@ -345,11 +398,242 @@ CHIME_API void chime_timer_stats(const chime_timer *t, struct chime_stats *out);
  */
 CHIME_API uint64_t chime_timer_now(const chime_timer *t);
 
+/* ==== Durable timers ==========================================================================
+ *
+ * A chime_store holds keyed timers that survive the process: every put, cancel and acknowledgement
+ * is recorded in a journal (a directory of append-only, checksummed files; the default backend) before
+ * it is reported durable, and a restart finds every pending timer again. Timers fire by running one
+ * handler, on the workers of a threaded runtime (chime_timer_*, above) that the store owns. The store
+ * uses only the runtime's public API; the runtime knows nothing of disks. docs/design.md explains the
+ * journal, recovery and the contract below; lib/store/format.md is the on-disk format.
+ *
+ * The contract shared by every function below:
+ *   - A key (1 to CHIME_STORE_KEY_MAX bytes, compared as bytes) names at most one pending timer. A
+ *     put with a pending key replaces its due time and payload: the old one will not fire.
+ *   - Deadlines are wall-clock: CLOCK_REALTIME in nanoseconds since the epoch, because they outlive
+ *     the process and the machine's boot. A timer never fires before its due time by the wall clock:
+ *     if the clock steps back, nothing fires early; if it steps forward, what became due fires (within
+ *     max_fires_per_s). A due time already past fires at once.
+ *   - AT LEAST ONCE. A handler that returned 0 has been acknowledged: the timer is removed for good
+ *     (durably by the next group commit). A handler that was running, or had fired and not been
+ *     acknowledged, when the process died runs again after the restart with attempt + 1. A handler can
+ *     therefore run more than once for one put: HANDLERS MUST BE IDEMPOTENT (cancel an order only if
+ *     it is still unpaid; deduplicate by key and due_ns). attempt > 1 says "this may have run before".
+ *   - Only timers due within horizon_ns of now are held in memory; the rest stay on disk, grouped by
+ *     due time, and are loaded ahead of their time. Memory follows the horizon, not the total.
+ *   - Errors are negative errno values. -EIO (a write or fsync failed) and -ENOSPC (the disk is full)
+ *     are sticky: nothing is reported durable after them, no handler starts any more, and every later
+ *     put, cancel, sync and dead-letter call returns that error until the store is closed and opened
+ *     again (an fsync error cannot be retried safely: the kernel may have dropped the data it failed
+ *     to write). Recovery on the next open keeps everything that had been reported durable.
+ */
+
+typedef struct chime_store chime_store;
+
+#define CHIME_STORE_KEY_MAX 256       /* bytes; keys are 1 to 256 bytes */
+#define CHIME_STORE_PAYLOAD_MAX 65536 /* bytes; payloads are 1 to 65536 bytes */
+
+enum chime_sync {
+    CHIME_SYNC_EACH = 1,     /* put and cancel return once their record is on stable storage (one
+                                group commit, one fdatasync, serves every thread waiting at that
+                                moment) */
+    CHIME_SYNC_INTERVAL = 2, /* they return at once; records reach stable storage within
+                                sync_interval_ns; chime_store_sync() waits for everything before it.
+                                A crash can undo the puts and cancels of the last interval */
+};
+
+struct chime_store_config {            /* zero fields mean the defaults */
+    const char *path;                  /* directory of the journal; created if absent (not its
+                                          parents); one process at a time. Required */
+    enum chime_sync sync;              /* 0 = CHIME_SYNC_EACH */
+    uint64_t sync_interval_ns;         /* 0 = 1 ms; CHIME_SYNC_INTERVAL only */
+    uint64_t horizon_ns;               /* timers due later than now + horizon are kept on disk only;
+                                          0 = 1 hour; at least 1 s (smaller values are raised to it) */
+    uint64_t max_fires_per_s;          /* handlers started per second at most (a restart after a long
+                                          outage must not flood downstream); 0 = no limit */
+    unsigned max_attempts;             /* firings of one timer at most: a retry asked for after the
+                                          last one, or a restart finding the last one unacknowledged,
+                                          sends it to the dead letters instead; 0 = 10 */
+    struct chime_timer_config runtime; /* tick and workers on which handlers run (as chime_timer_new;
+                                          max_pending is ignored) */
+};
+
+/* One firing, as the handler (and a dead-letter listing) sees it. The pointers are valid only during
+ * the call. */
+struct chime_fire {
+    const void *key;
+    size_t key_len;         /* the caller's id for the timer (an order number) */
+    const void *payload;
+    size_t payload_len;     /* opaque bytes stored with it */
+    uint64_t due_ns;        /* CLOCK_REALTIME, ns since the epoch, exactly as it was put (a retry's
+                               due time is when the handler returned plus its delay) */
+    uint32_t attempt;       /* 1 the first time; more after a retry, or after a restart found it
+                               fired but not acknowledged (a firing is recorded 2 ms before its due
+                               time: a crash in those 2 ms counts it though the handler never ran).
+                               For a dead letter: the firings made */
+};
+
+/* What a handler returns: 0 = done (acknowledged; removed for good). > 0 = fire again after that many
+ * ns, counted from when the handler returned (a retry; attempt + 1). CHIME_STORE_DEAD (or any other
+ * negative value) = give up now: the timer goes to the dead letters. */
+#define CHIME_STORE_DEAD ((int64_t)-1)
+
+/*
+ * A handler runs on the store's runtime (its advancing thread, or one of its workers), never twice at
+ * once for the same key: a newer firing of a key whose handler is running waits for it to return. It
+ * may call any chime_store_* function but chime_store_close on its own store. A long handler holds its
+ * worker (and with no workers, the firing of every other timer) for as long as it runs.
+ */
+typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
+
+/*
+ * Open (or create) the store in cfg->path, replay its journal, and start firing: timers already due
+ * fire at once (within max_fires_per_s), those due within the horizon are loaded, the rest wait on
+ * disk. A torn tail left by a crash is cut at the last whole record; nothing that was reported durable
+ * is lost.
+ * @out: receives the store; untouched on error.  @handler: called for every firing; @ctx is its first
+ * argument.
+ * Return: 0; -EINVAL if out, cfg, cfg->path or handler is NULL, cfg->sync is not a chime_sync, or the
+ *         runtime config is invalid (as chime_timer_new); -EBUSY if another process (or another open
+ *         store in this one) has the directory open; -EBADMSG if the journal is damaged other than by a
+ *         torn tail (a checksum fails in a file that had been completely written: run `chime-store
+ *         verify` on the directory); -ENOMEM; -EIO, -ENOSPC, or another negative errno from the file
+ *         system (-EACCES, -ENOTDIR, ...); -ECHILD if a thread could not be started.
+ * Complexity: O(records in the journal) to replay: the journal is read once (about 5 M records/s, see
+ *             docs/perf.md); plus O(timers due within the horizon) to load them.
+ * Thread safety: any thread.
+ */
+CHIME_API int chime_store_open(chime_store **out, const struct chime_store_config *cfg,
+                               chime_handler *handler, void *ctx);
+
+/*
+ * Schedule the timer `key` to fire at due_ns (wall clock) with a copy of payload; if key is pending,
+ * replace its due time and payload instead. If key's handler is running, this schedules a new firing:
+ * the running one's acknowledgement (or retry) does not remove it.
+ * Return: 0 (with CHIME_SYNC_EACH: the put is on stable storage); -EINVAL if s, key or payload is NULL,
+ *         or key_len or payload_len is 0 or over its maximum (nothing is written); -EIO, -ENOSPC (the
+ *         store has failed: see above; this put is not durable); -ESHUTDOWN once close has begun;
+ *         -ENOMEM.
+ * Complexity: O(1) expected: a hash lookup in memory and one in the journal's key index (in memory
+ *             up to about a quarter of a million keys; beyond, a pread and a pwrite of the index's
+ *             file, held in the page cache), one record appended; with CHIME_SYNC_EACH a wait for the
+ *             next group commit (one fdatasync shared with every waiting thread). Waits also while
+ *             the journal's flusher is more than a few segments behind (the disk sets the pace).
+ * Thread safety: any thread, handlers included.
+ */
+CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, const void *payload,
+                              size_t payload_len, uint64_t due_ns);
+
+/*
+ * Cancel key's pending timer. Returns 0 exactly when the handler will not start for that key (again):
+ * it had not started (a timer that fired and waits for max_fires_per_s has not started). A firing is
+ * recorded 2 ms before its due time (so that the handler can start on time): from then on it is
+ * starting, and cannot be cancelled.
+ * Return: 0 (with CHIME_SYNC_EACH: the cancel is on stable storage, and no crash can undo it);
+ *         -ENOENT if key has no pending timer (never put, fired and acknowledged, cancelled, or in the
+ *         dead letters); -EINPROGRESS if key's handler is running, or its firing is recorded (from 2
+ *         ms before its due time), and no newer put is pending: it cannot be cancelled; -EINVAL if
+ *         s or key is NULL or key_len is 0 or over CHIME_STORE_KEY_MAX; -EIO, -ENOSPC, -ESHUTDOWN,
+ *         -ENOMEM as chime_store_put.
+ * Complexity: as chime_store_put.
+ * Thread safety: any thread, handlers included (a handler cancelling its own key gets -EINPROGRESS).
+ */
+CHIME_API int chime_store_cancel(chime_store *s, const void *key, size_t key_len);
+
+/*
+ * Wait until every put, cancel, acknowledgement and dead-letter change that returned before this call
+ * is on stable storage.
+ * Return: 0; -EINVAL if s is NULL; -EIO, -ENOSPC if the store has failed; -ESHUTDOWN once close has
+ *         begun.
+ * Complexity: one group commit. Thread safety: any thread, handlers included.
+ */
+CHIME_API int chime_store_sync(chime_store *s);
+
+/*
+ * Stop firing, wait for the handlers that are running, make everything durable and free the store.
+ * Pending timers stay in the journal for the next open. s is freed even when an error is returned.
+ * Return: 0; -EINVAL if s is NULL; -EDEADLK if called from one of s's handlers (nothing is done);
+ *         -EIO, -ENOSPC if the store had failed or the last sync failed (what was reported durable
+ *         stays durable).
+ * Complexity: O(timers in memory) plus the wait for running handlers and one group commit.
+ * Thread safety: any thread but s's handlers; no other call on s may be running or follow.
+ */
+CHIME_API int chime_store_close(chime_store *s);
+
+/* ---- Dead letters: timers whose handler gave up, or that ran out of attempts ----
+ * They keep their key, payload, due time and attempt count, survive restarts, and stay until requeued
+ * or dropped. A key names at most one dead letter (a newer one replaces it), independently of its
+ * pending timer. */
+
+/* Called once per dead letter; return nonzero to stop the listing early. */
+typedef int chime_dead_fn(void *ctx, const struct chime_fire *dead);
+
+/*
+ * Call fn(ctx, dead) for each dead letter, in the order they died. The list is a snapshot taken when
+ * the call begins; fn runs with no lock of the store held and may call chime_store_* on s (requeue
+ * or drop what it is shown, say).
+ * Return: 0; the first nonzero value fn returned; -EINVAL if s or fn is NULL; -EIO, -ENOSPC,
+ *         -ESHUTDOWN as chime_store_sync; -ENOMEM.
+ * Complexity: O(dead letters) plus a read of the journal's dead-letter records; flushes the journal's
+ *             newest records first (one file written and synced).
+ * Thread safety: any thread, handlers included.
+ */
+CHIME_API int chime_store_dead_list(chime_store *s, chime_dead_fn *fn, void *ctx);
+
+/*
+ * Move key's dead letter back to the pending timers, due at due_ns, with its payload and attempt
+ * reset to a first firing; a pending timer of the same key is replaced (as chime_store_put).
+ * Return: 0 (durable as chime_store_put); -ENOENT if key has no dead letter; -EINVAL, -EIO, -ENOSPC,
+ *         -ESHUTDOWN, -ENOMEM as chime_store_cancel.
+ * Complexity and thread safety: as chime_store_put.
+ */
+CHIME_API int chime_store_dead_requeue(chime_store *s, const void *key, size_t key_len,
+                                       uint64_t due_ns);
+
+/*
+ * Delete key's dead letter for good.
+ * Return: 0 (durable as chime_store_cancel); -ENOENT if key has no dead letter; -EINVAL, -EIO,
+ *         -ENOSPC, -ESHUTDOWN, -ENOMEM as chime_store_cancel.
+ * Complexity and thread safety: as chime_store_cancel.
+ */
+CHIME_API int chime_store_dead_drop(chime_store *s, const void *key, size_t key_len);
+
+struct chime_store_stats {
+    uint64_t pending;     /* pending timers, in memory and on disk (a running one counts until
+                             its handler's outcome is recorded) */
+    uint64_t loaded;      /* of those, the ones due within the horizon, held in memory */
+    uint64_t running;     /* firings recorded whose outcome is not yet recorded (a handler about
+                             to start at its due time, running, or its outcome being written) */
+    uint64_t dead;        /* dead letters */
+    uint64_t fired;       /* firings recorded since open (each one's handler starts at its due
+                             time, unless the store closes or fails first) */
+    uint64_t acked;       /* handlers that returned 0 since open */
+    uint64_t retried;     /* handlers that asked for a retry since open */
+    uint64_t buried;      /* timers sent to the dead letters since open */
+    uint64_t journal_bytes; /* bytes the journal's files hold on disk */
+    int error;            /* 0, or the sticky -EIO / -ENOSPC */
+};
+
+/*
+ * Read the store's counters (a snapshot: each is exact at some moment during the call). A NULL s or
+ * out is a no-op.
+ * Complexity: O(files in the journal's directory, a few dozen): journal_bytes is read from it.
+ * Thread safety: any thread, handlers included.
+ */
+CHIME_API void chime_store_stats(const chime_store *s, struct chime_store_stats *out);
+
 /*
  * A static, human-readable description of err (a negative errno from chime, or 0).
  * Return: never NULL. Complexity: O(1). Thread safety: any thread.
  */
 CHIME_API const char *chime_strerror(int err);
+
+/*
+ * The version of the library the program runs with, packed as CHIME_VERSION is: compare it with
+ * CHIME_VERSION (the header the program was compiled with) to detect a library older than the header.
+ * Return: (major << 16) | (minor << 8) | patch. Complexity: O(1). Thread safety: any thread.
+ */
+CHIME_API uint32_t chime_version(void);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,36 @@
 
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/types.h> /* ssize_t, the type of jemalloc's decay settings */
+
+#if defined(CHIME_USE_JEMALLOC) && CHIME_USE_JEMALLOC
+#include <pthread.h>
+
+static int jemalloc_flags;
+static pthread_once_t jemalloc_once = PTHREAD_ONCE_INIT;
+
+/* chime's arena: see alloc.h. */
+static void make_arena(void)
+{
+    unsigned arena;
+    size_t size = sizeof(arena);
+    if (mallctl("arenas.create", &arena, &size, NULL, 0))
+        return;
+    ssize_t zero = 0;
+    char name[64];
+    snprintf(name, sizeof(name), "arena.%u.dirty_decay_ms", arena);
+    mallctl(name, NULL, NULL, &zero, sizeof(zero));
+    snprintf(name, sizeof(name), "arena.%u.muzzy_decay_ms", arena);
+    mallctl(name, NULL, NULL, &zero, sizeof(zero));
+    jemalloc_flags = MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
+}
+
+int chime__jemalloc_large_flags(void)
+{
+    pthread_once(&jemalloc_once, make_arena);
+    return jemalloc_flags;
+}
+#endif
 
 _Atomic long chime__alloc_fail_countdown = -1;
 _Atomic bool chime__alloc_size_checks = false;
@@ -23,7 +53,7 @@ void chime__alloc_verify_size(void *ptr, size_t size, size_t align)
 {
 #if defined(CHIME_USE_JEMALLOC) && CHIME_USE_JEMALLOC
     /* jemalloc's contract for sdallocx and rallocx: size must round to the block's size class. */
-    int flags = align ? MALLOCX_ALIGN(align) : 0;
+    int flags = chime__jemalloc_flags(size) | (align ? MALLOCX_ALIGN(align) : 0);
     size_t want = sallocx(ptr, flags), got = size ? nallocx(size, flags) : 0;
     if (got != want) {
         fprintf(stderr, "chime: sized free of a %zu-byte block told %zu bytes\n", want, size);

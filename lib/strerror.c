@@ -9,12 +9,20 @@ CHIME_API const char *chime_strerror(int err)
     case 0: return "success";
     case -EINVAL: return "invalid argument";
     case -ENOMEM: return "out of memory";
-    case -ENOENT: return "no such pending timer";
+    case -ENOENT: return "no such pending timer (or dead letter)";
     case -EAGAIN: return "too many pending timers";
     case -ESHUTDOWN: return "timer is stopped";
     case -EDEADLK: return "would deadlock: called from a callback";
     case -ERANGE: return "deadline beyond the clock's range";
     case -ECHILD: return "a thread could not be started";
+    /* the durable store's */
+    case -EBUSY: return "the store's directory is open in another process (or store)";
+    case -EINPROGRESS: return "the timer's handler is running: it cannot be cancelled";
+    case -EIO: return "I/O error: the store has failed; reopen it";
+    case -ENOSPC: return "no space left on the device: the store has failed; reopen it";
+    case -EBADMSG: return "the journal is damaged (run chime-store verify)";
+    case -EACCES: return "permission denied";
+    case -ENOTDIR: return "not a directory";
     default: return "unknown error";
     }
 }

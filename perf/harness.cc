@@ -200,6 +200,7 @@ int main(int argc, char **argv) {
   perf::register_structure_benchmarks();
   perf::register_memory_benchmarks();
   perf::register_runtime_benchmarks();
+  perf::register_store_benchmarks();
   perf::add_context();
   if (std::strcmp(CHIME_PERF_BUILDTYPE, "release"))
     std::fprintf(stderr, "chime-perf: warning: chime was built as '%s', not 'release'\n", CHIME_PERF_BUILDTYPE);

@@ -68,6 +68,8 @@ double median(std::vector<double> v);  // -1 when empty
 void register_structure_benchmarks();  // workloads.cc
 void register_memory_benchmarks();     // memory.cc
 void register_runtime_benchmarks();    // runtime_bench.cc
+void register_store_benchmarks();      // store_bench.cc
+void print_store_summary();            // store_bench.cc: the store's figures and goals
 std::vector<int64_t> structure_grid(); // workloads.cc: the N of the run's mode
 
 // ---- memory (memory.cc) ----

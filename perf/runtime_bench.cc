@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // The threaded runtime's workloads: schedule throughput from 1 and 2 producers, churn at 10^6 pending
 // timers, a burst's firing lateness at two ticks, idle CPU and wake-ups, memory through storms and
 // bursts, and bytes per pending timer.

@@ -41,7 +41,7 @@ void Reporter::progress(const Run &r) {
   } else if (auto c = r.counters.find("bytes_per_timer"); c != r.counters.end()) {
     std::snprintf(buf, sizeof buf, ": %.1f bytes per timer", c->second.value);
     line += buf;
-  } else if (r.run_name.function_name.rfind("BM_runtime", 0) == 0) {
+  } else if (r.run_name.function_name.rfind("BM_runtime", 0) == 0 || r.run_name.function_name.rfind("BM_store", 0) == 0) {
     for (const auto &[key, counter] : r.counters) {
       if (!figures().count(key)) continue;  // the histogram's bins and google-benchmark's own
       std::snprintf(buf, sizeof buf, " %s=%.4g", key.c_str(), counter.value);
@@ -194,6 +194,7 @@ void print_summary(const Reporter &rep) {
   print_structures(rep);
   print_runtime();
   print_goals(rep);
+  print_store_summary();
 }
 
 }  // namespace perf

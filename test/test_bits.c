@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The bit operations of lib/bits.h against plain arithmetic: edge cases, then random values. */
 #include <stdint.h>
 

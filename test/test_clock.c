@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The runtime's clocks (lib/runtime/clock.h): the upper bound a producer's deadline starts from is
  * never behind CLOCK_MONOTONIC read before it, and never further ahead of CLOCK_MONOTONIC read after

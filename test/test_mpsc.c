@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The runtime's MPSC queue (lib/runtime/mpsc.h) on its own: the stub's re-insertion, a push stopped
  * half-way, a node pushed again by the consumer, and per-producer FIFO order with several producers

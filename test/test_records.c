@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The runtime's record pool (lib/runtime/records.h) on its own: take and give, ids that die when a
  * record is given back, shards that lend to each other, free records that gather chunk by chunk when

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Functional tests of the threaded runtime, deterministic: the runtime runs on an injected clock the
  * test moves by hand, and chime__timer_sync waits for the advancing thread to catch up, so no test

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Concurrency stress of the threaded runtime on the real clock: producer threads schedule, cancel and
  * reschedule random timers while callbacks cancel and schedule others; then stop(NOW) and account for

@@ -23,12 +23,15 @@ static void teardown(void)
 
 TestSuite(slot, .init = setup, .fini = teardown);
 
-Test(slot, appends_in_order_and_doubles_from_four)
+Test(slot, appends_in_order_and_quadruples_from_eight)
 {
     for (uint32_t i = 0; i < 9; i++)
         cr_assert(eq(i64, chime__slot_append(&s, 100 + i), i));
-    cr_assert(eq(u32, s.cap, 16));
-    for (uint32_t i = 0; i < 9; i++)
+    cr_assert(eq(u32, s.cap, 32));
+    for (uint32_t i = 9; i < 33; i++)
+        chime__slot_append(&s, 100 + i);
+    cr_assert(eq(u32, s.cap, 128));
+    for (uint32_t i = 0; i < 33; i++)
         cr_assert(eq(u32, s.v[i], 100 + i));
 }
 
@@ -67,7 +70,7 @@ Test(slot, a_cleared_slot_keeps_its_array_and_release_frees_it)
         chime__slot_append(&s, i);
     chime__slot_clear(&s);
     cr_assert(eq(u32, s.len, 0));
-    cr_assert(eq(u32, s.cap, 16));
+    cr_assert(eq(u32, s.cap, 32));
     cr_assert(eq(i64, chime__slot_append(&s, 5), 0), "reused without growing");
     chime__slot_release(&s);
     cr_assert(s.v == NULL);
@@ -76,12 +79,12 @@ Test(slot, a_cleared_slot_keeps_its_array_and_release_frees_it)
 
 Test(slot, a_failed_growth_leaves_the_slot_as_it_was)
 {
-    for (uint32_t i = 0; i < 4; i++)
+    for (uint32_t i = 0; i < 8; i++)
         chime__slot_append(&s, i);
     chime__alloc_fail_after(0);
     cr_assert(eq(i64, chime__slot_append(&s, 99), -ENOMEM));
     chime__alloc_fail_after(-1);
-    cr_assert(eq(u32, s.len, 4));
-    cr_assert(eq(u32, s.cap, 4));
-    cr_assert(eq(i64, chime__slot_append(&s, 99), 4));
+    cr_assert(eq(u32, s.len, 8));
+    cr_assert(eq(u32, s.cap, 8));
+    cr_assert(eq(i64, chime__slot_append(&s, 99), 8));
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The runtime's protocol (lib/runtime/state.h): each transition from each state it can meet, as a
  * table, then the races the header names, run on real threads many times (TSan runs this): exactly
@@ -43,6 +44,16 @@ static void set(uint64_t s)
 #define EXPECT_WORD(want)                                                                          \
     CHECK(atomic_load(&word) == (want), "state %#llx, want %#llx",                                \
           (unsigned long long)atomic_load(&word), (unsigned long long)(want))
+
+static void fresh_makes_a_free_record_no_id_of_another_generation_matches(void)
+{
+    set(UINT64_MAX); /* whatever new memory held */
+    chime__state_fresh(&word, GEN, 4);
+    EXPECT_WORD(chime__state_free(GEN, 4));
+    CHECK_EQ(chime__state_cancel(&word, GEN - 1), -ENOENT);
+    CHECK_EQ(chime__state_cancel(&word, GEN), -ENOENT); /* FREE: not pending either */
+    EXPECT_WORD(chime__state_free(GEN, 4));
+}
 
 static void taken_makes_a_free_record_pending_queued_and_placeable(void)
 {
@@ -271,6 +282,7 @@ static void a_run_and_a_cancel_racing_leave_a_cancelled_timer_and_no_run_to_come
 int main(void)
 {
     static const struct tap_test tests[] = {
+        { "fresh makes a free record no id of another generation matches", fresh_makes_a_free_record_no_id_of_another_generation_matches },
         { "taken makes a free record pending, queued and placeable", taken_makes_a_free_record_pending_queued_and_placeable },
         { "cancel wins only over a pending timer of its generation", cancel_wins_only_over_a_pending_timer_of_its_generation },
         { "reschedule takes the write bit or loses to its holder", reschedule_takes_the_write_bit_or_loses_to_its_holder },

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The runtime's clocks: see clock.h. */
 #define _GNU_SOURCE /* nothing beyond POSIX is used; kept for the cpuid header's inline asm */
 #include "runtime/clock.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The runtime's clocks, in nanoseconds of CLOCK_MONOTONIC.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The advancing thread's handling of records: taking in what producers queued (a new timer, a new
  * deadline, a cancel, the end of a periodic run), the levels' fire step, and running or handing out
@@ -212,7 +213,7 @@ int chime__timer_fire(void *ctx, uint32_t idx)
     bool armed = false; /* re-armed at its next boundary: still in the levels */
     if (periodic) {
         uint64_t deadline = rec->deadline;
-        uint64_t period = chime__timer_ticks(t, t->recs.period[idx]);
+        uint64_t period = chime__timer_ticks(t, *chime__records_period(&t->recs, idx));
         if (chime__levels_next_boundary(&t->L, &rec->deadline, period ? period : 1)) {
             if (chime__levels_place(&t->L, idx) != 0) { /* after advance_to >= now: a slot */
                 rec->deadline = deadline;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * An intrusive multi-producer, single-consumer queue linked by 32-bit node index (Dmitry Vyukov's
  * non-intrusive-stub design, as in ponyc's messageq.c and liburcu's wfcqueue): producers push with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The threaded runtime's producer side: schedule, cancel and reschedule, callable from any thread.
  * Each takes no lock and makes no system call in the common case; the protocol is state.h's, and
@@ -47,7 +48,7 @@ static int submit(chime_timer *t, uint64_t deadline_ns, uint64_t period_ns, chim
     call->fn = fn;
     call->arg = arg;
     if (period_ns)
-        t->recs.period[idx] = period_ns;
+        *chime__records_period(&t->recs, idx) = period_ns;
     /* relaxed: published by the push (release), which the advancing thread pops (acquire). */
     atomic_store_explicit(&rec->deadline_ns, deadline_ns, memory_order_relaxed);
     chime__state_taken(&rec->state, free_state, shard, period_ns != 0);

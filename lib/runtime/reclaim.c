@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The record pool's give-back half (records.h, "giving memory back"): where a record goes when the
  * advancing thread gives it back, the watermark and the producers' demand, refilling dry shards, and

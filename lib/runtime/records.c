@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The runtime's timer records, their free stacks and growth: see records.h (reclaim.c gives them
  * back). */
 #define _GNU_SOURCE /* MAP_NORESERVE, MADV_*: Linux interfaces beyond C11 */
@@ -153,9 +154,7 @@ static int grow(struct chime__records *r, unsigned s)
     for (uint32_t i = 0; i < CHIME__REC_CHUNK; i++) {
         struct chime__rec *rec = &r->hot[first + i];
         rec->pos = CHIME__REC_UNPLACED; /* before any taker: published by push_chain */
-        /* relaxed: these records reach takers only through push_chain's release. A stale id's holder
-         * may read the state word concurrently and finds a generation no live id carries. */
-        atomic_store_explicit(&rec->state, chime__state_free(gen, s), memory_order_relaxed);
+        chime__state_fresh(&rec->state, gen, s); /* reaches takers through push_chain */
         atomic_store_explicit(&rec->link, i + 1 < CHIME__REC_CHUNK ? first + i + 1 : CHIME__REC_NIL,
                               memory_order_relaxed);
     }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The threaded runtime's timer records: one per timer, a node of the wheel's levels and the target
  * of its id, in arrays that never move; free records on lock-free stacks that producers take from;
@@ -153,13 +154,32 @@ static inline struct chime__rec_call *chime__records_call(const struct chime__re
     return &r->cold[idx];
 }
 
+/* Record idx's period in ns (periodic timers only): written by the producer that took it, before
+ * its push; read by the advancing thread. */
+static inline uint64_t *chime__records_period(const struct chime__records *r, uint32_t idx)
+{
+    return &r->period[idx];
+}
+
+/* Records taken in and not given back. The advancing thread only. */
+static inline size_t chime__records_live(const struct chime__records *r)
+{
+    return r->live;
+}
+
+/* Every index below this names a mapped record (a bound for checks). Any thread. */
+static inline uint32_t chime__records_mapped(const struct chime__records *r)
+{
+    /* acquire: pairs with the release store of committed in grow(): the chunk is mapped. */
+    return atomic_load_explicit(&((struct chime__records *)r)->committed, memory_order_acquire);
+}
+
 /* The record an id's index names, or NULL if no record there was ever mapped. The caller checks the
  * generation against the record's state word (state.h). O(1), no lock. */
 static inline struct chime__rec *chime__records_find(const struct chime__records *r, chime_id id)
 {
     uint32_t idx = (uint32_t)id;
-    /* acquire: pairs with the release store of committed in grow(): the chunk is mapped. */
-    if (idx >= atomic_load_explicit(&r->committed, memory_order_acquire))
+    if (idx >= chime__records_mapped(r))
         return NULL;
     return &r->hot[idx];
 }

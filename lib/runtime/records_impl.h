@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Internal to the record pool's two files: records.c (the records, their free stacks, growth, take)
  * and reclaim.c (giving records back, the watermark, idle work). See records.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The threaded runtime's life: create, stop, free, stats and now (include/chime.h), and the hooks the
  * tests use (runtime.h). The runtime's parts and who owns what: timer.h.
@@ -175,6 +176,5 @@ size_t chime__timer_memory(const chime_timer *t)
 const char *chime__timer_check(chime_timer *t)
 {
     const char *err = chime__records_check(&t->recs);
-    /* acquire: as in chime__records_find; every index below committed is a record. */
-    return err ? err : chime__levels_check(&t->L, atomic_load_explicit(&t->recs.committed, memory_order_acquire));
+    return err ? err : chime__levels_check(&t->L, chime__records_mapped(&t->recs));
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Internal to chime: what the runtime's tests reach beyond chime.h. */
 #ifndef CHIME_RUNTIME_RUNTIME_H
 #define CHIME_RUNTIME_RUNTIME_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The threaded runtime's protocol: one 64-bit state word per timer record, and every transition any
  * thread makes on it. Every decision between threads about a timer (will it fire, was it cancelled,
@@ -22,10 +23,12 @@
  *     bits 12-15  shard     the free stack the record goes back to (records.h)
  *     bits 32-63  generation, the high half of the timer's id; bumped when the record is given back
  *
- * THE TRANSITIONS (producer: any thread calling schedule, cancel or reschedule; advancing: the
- * runtime's own thread; a run's end happens on whichever thread ran it, a worker or the advancing one)
+ * THE TRANSITIONS (producer: any thread calling schedule, cancel or reschedule; grower: a producer
+ * growing the pool, under its lock; advancing: the runtime's own thread; a run's end happens on
+ * whichever thread ran it, a worker or the advancing one)
  *
  *     transition        who          from                        to
+ *     fresh             grower       (new memory)                FREE, above the chunk's generations
  *     taken             producer     FREE                        PENDING +Q +R (+PERIODIC); push
  *     cancel            producer     PENDING                     CANCELLED +Q -P; push unless Q was set
  *     reschedule_begin  producer     PENDING, no W               +W +R +Q -P; write deadline_ns
@@ -98,6 +101,17 @@ static inline unsigned chime__shard(uint64_t s)
 static inline uint64_t chime__state_free(uint32_t gen, unsigned shard)
 {
     return (uint64_t)gen << CHIME__ST_GEN_SHIFT | (uint64_t)shard << CHIME__ST_SHARD_SHIFT;
+}
+
+/*
+ * fresh: a record of memory just committed to the pool (by a producer growing it, under the pool's
+ * lock) gets its first state: FREE at generation gen, going back to `shard`. relaxed: the record
+ * reaches takers only through the free stack's push (release); a stale id's holder may read the word
+ * meanwhile and finds a generation no live id carries.
+ */
+static inline void chime__state_fresh(_Atomic uint64_t *st, uint32_t gen, unsigned shard)
+{
+    atomic_store_explicit(st, chime__state_free(gen, shard), memory_order_relaxed);
 }
 
 /*

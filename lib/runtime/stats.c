@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The runtime's counters: see stats.h. */
 #include "runtime/stats.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The runtime's counters (struct chime_stats in chime.h). The per-timer counts are written by the
  * advancing thread alone (scheduled, cancelled, unfired) or by whichever thread starts a callback

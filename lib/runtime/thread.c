@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The advancing thread: its loop, the idle work that gives memory back, and stop.
  *
@@ -122,7 +123,7 @@ static void begin_stop(chime_timer *t, int mode)
     for (;;) {
         chime__timer_drain(t, DRAIN_BATCH);
         chime__records_flush(&t->recs);
-        if (chime__records_taken(&t->recs) == t->recs.live)
+        if (chime__records_taken(&t->recs) == chime__records_live(&t->recs))
             break;
         sched_yield(); /* a producer took a record and has not pushed it yet */
     }
@@ -193,7 +194,7 @@ void *chime__timer_main(void *arg)
         chime__records_flush(&t->recs);
         /* seq_cst: see chime__timer_workers_idle. */
         uint32_t idle = atomic_load_explicit(&t->idle_seq, memory_order_seq_cst);
-        if (mode == CHIME_STOP_DRAIN && t->recs.live == 0 &&
+        if (mode == CHIME_STOP_DRAIN && chime__records_live(&t->recs) == 0 &&
             (!t->use_workers || chime__workers_idle(&t->workers)))
             break;
         uint64_t wake = next_wake(t);

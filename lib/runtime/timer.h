@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Internal to chime: the threaded runtime's state, shared by its files.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The sleep handshake's system calls: see wake.h. */
 #define _GNU_SOURCE /* syscall(SYS_futex): a Linux interface beyond C11 */
 #include "runtime/wake.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The advancing thread's sleep and the wake-up handshake with everyone else.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The runtime's worker pool: threads that run callbacks the advancing thread hands them, so that a
  * slow callback holds up only its worker, not the clock.

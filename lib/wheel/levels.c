@@ -124,25 +124,36 @@ int chime__levels_init(struct chime__levels *L, const struct chime_wheel_config 
     for (unsigned i = 0; i < CHIME__LEVELS_MAX; i++) {
         struct chime__level *lv = &L->lv[i];
         uint32_t n = i < cfg->levels ? cfg->slots[i] : CHIME__HIDDEN_SLOTS;
+        words += (n + 63) / 64;
         bool reaches_2_64 = span > UINT64_MAX / n;
         lv->span = span;
         lv->span_inv = UINT64_MAX / span;
         lv->nslots = n;
         lv->last = reaches_2_64 ? UINT64_MAX : span * n - 1;
         set_base(L, i, reaches_2_64 ? 0 : cfg->start - cfg->start % (lv->last + 1));
-        words += (n + 63) / 64;
         L->nlevels = i + 1;
         if (reaches_2_64)
             break;
         span *= n;
     }
     L->nconfigured = cfg->levels < L->nlevels ? cfg->levels : L->nlevels;
-    L->nwords = words;
-    L->words = chime__alloc_zeroed(words * sizeof(*L->words));
-    if (!L->words)
+    /* Every level's slot table and bitmap words in one mapping of zero pages: a page becomes resident
+     * only when a slot on it is first used, so a wheel holding a thousand timers in a few levels pays
+     * for the few pages those slots are on, not for the 1000-slot table of a level it barely uses.
+     * Slot tables first (8-byte aligned), then the words. */
+    size_t slots = 0;
+    for (unsigned i = 0; i < L->nlevels; i++)
+        slots += L->lv[i].nslots;
+    L->table_bytes = slots * sizeof(struct chime__slot) + words * sizeof(uint64_t);
+    L->table_bytes = (L->table_bytes + 4095) / 4096 * 4096;
+    char *table = chime__map(L->table_bytes);
+    if (!table)
         return -ENOMEM;
-    uint64_t *w = L->words;
+    L->table = table;
+    uint64_t *w = (uint64_t *)(table + slots * sizeof(struct chime__slot));
     for (unsigned i = 0; i < L->nlevels; i++) {
+        L->lv[i].slots = (struct chime__slot *)table;
+        table += L->lv[i].nslots * sizeof(struct chime__slot);
         L->lv[i].words = w;
         w += (L->lv[i].nslots + 63) / 64;
     }
@@ -153,14 +164,11 @@ void chime__levels_destroy(struct chime__levels *L)
 {
     for (unsigned i = 0; i < L->nlevels; i++) {
         struct chime__level *lv = &L->lv[i];
-        if (!lv->slots)
-            continue;
         for (uint32_t s = 0; s < lv->nslots; s++)
             chime__slot_release(&lv->slots[s]);
-        chime__free(lv->slots, lv->nslots * sizeof(*lv->slots));
     }
     chime__slot_release(&L->due);
-    chime__free(L->words, L->nwords * sizeof(*L->words));
+    chime__unmap(L->table, L->table_bytes);
 }
 
 /* ---- occupancy and the slow halves of the inline paths ---- */
@@ -175,13 +183,7 @@ static void unmark(struct chime__levels *L, unsigned level, uint32_t s)
 
 int chime__levels_append_slow(struct chime__levels *L, unsigned level, uint32_t s, uint32_t idx)
 {
-    struct chime__level *lv = &L->lv[level];
-    if (!lv->slots) {
-        lv->slots = chime__alloc_zeroed(lv->nslots * sizeof(*lv->slots));
-        if (!lv->slots)
-            return -ENOMEM;
-    }
-    struct chime__slot *sl = &lv->slots[s];
+    struct chime__slot *sl = &L->lv[level].slots[s];
     int64_t at = chime__slot_append(sl, idx);
     if (at < 0)
         return (int)at;
@@ -671,8 +673,6 @@ const char *chime__levels_check_slots(const struct chime__levels *L)
 {
     for (unsigned i = 0; i < L->nlevels; i++) {
         const struct chime__level *lv = &L->lv[i];
-        if (!lv->slots)
-            continue;
         for (uint32_t s = 0; s < lv->nslots; s++) {
             bool bit = lv->words[s >> 6] >> (s & 63) & 1;
             bool firing = L->firing == CHIME__FIRING_SLOT && i == 0 && s == L->firing_slot;
@@ -704,7 +704,7 @@ size_t chime__levels_trim(struct chime__levels *L)
     size_t freed = 0;
     for (unsigned i = 0; i < L->nlevels; i++) {
         struct chime__level *lv = &L->lv[i];
-        for (uint32_t s = 0; lv->slots && s < lv->nslots; s++) {
+        for (uint32_t s = 0; s < lv->nslots; s++) {
             bool firing = L->firing == CHIME__FIRING_SLOT && i == 0 && s == L->firing_slot;
             if (lv->slots[s].len == 0 && lv->slots[s].cap && !firing) {
                 freed += lv->slots[s].cap * sizeof(uint32_t);

@@ -52,7 +52,7 @@ struct chime__level {
     uint64_t span_inv; /* floor((2^64 - 1) / span): slot_of() divides by multiplying */
     uint64_t summary;  /* bit w set iff words[w] != 0 (at most 4096 / 64 = 64 words) */
     uint64_t *words;   /* occupancy: bit s set iff slots[s] holds a live entry */
-    struct chime__slot *slots; /* NULL until the level is first used */
+    struct chime__slot *slots;
     uint32_t nslots;
 };
 _Static_assert(CHIME_MAX_SLOTS <= 64 * 64, "one summary word covers every bitmap word of a level");
@@ -94,8 +94,8 @@ struct chime__levels {
     uint64_t moved;        /* entries cascaded down a level, in all (a statistic for the tests) */
     chime__fire_fn *fire;
     void *ctx;
-    uint64_t *words;       /* every level's bitmap words, one allocation */
-    size_t nwords;
+    char *table;           /* every level's slot table and bitmap words: one mapping (levels.c) */
+    size_t table_bytes;
     /* The last tick of each level's current rotation, base(i) + rotation(i) - 1 (saturated at
      * UINT64_MAX): a deadline d >= now is in level i's rotation iff d <= limit[i]. Dense, so that
      * finding a level reads one or two cache lines. */
@@ -195,10 +195,9 @@ static inline void chime__levels_mark(struct chime__levels *L, unsigned level, u
 static inline int chime__levels_append(struct chime__levels *L, unsigned level, uint32_t s,
                                        uint32_t idx)
 {
-    struct chime__level *lv = &L->lv[level];
-    if (!lv->slots || lv->slots[s].len == lv->slots[s].cap)
+    struct chime__slot *sl = &L->lv[level].slots[s];
+    if (sl->len == sl->cap)
         return chime__levels_append_slow(L, level, s, idx);
-    struct chime__slot *sl = &lv->slots[s];
     sl->v[sl->len] = idx;
     uint32_t *pos = chime__node_pos(L, idx);
     *pos = (*pos & CHIME__POS_OWNER) | sl->len;

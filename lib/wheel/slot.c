@@ -7,7 +7,8 @@
 
 int chime__slot_grow(struct chime__slot *s)
 {
-    uint32_t cap = s->cap ? s->cap * 2 : CHIME__SLOT_MIN; /* cap <= 2^30 (see CHIME__MAX_NODES) */
+    /* x4 (slot.h says why). Lengths stay below 3 * CHIME__MAX_NODES + 8 < 2^30, so cap <= 2^31. */
+    uint32_t cap = s->cap ? s->cap * 4 : CHIME__SLOT_MIN;
     uint32_t *v = chime__realloc_sized(s->v, (size_t)s->cap * sizeof(*v), (size_t)cap * sizeof(*v));
     if (!v)
         return -ENOMEM;

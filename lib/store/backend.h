@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The backend interface: where a store's records live.
+ *
+ * chime_store is two halves. The store's logic (store.c and its neighbours) owns everything that is
+ * the same wherever records live: the keys of the timers due within the horizon and their runtime
+ * timers, handlers, acknowledgements, retries, dead letters as seen by the API, the rate limit and the
+ * wall clock. A backend owns durability: it records every change, answers "is this key pending?",
+ * keeps far timers (due beyond the horizon) out of memory, and hands timers to the logic when they come
+ * within the horizon. The embedded journal (journal.c) is the default backend; a PostgreSQL backend,
+ * shared by several processes, plugs in beside it through the same table of operations.
+ *
+ * VOCABULARY
+ *   timer    one scheduling of one key: key, payload, due time (CLOCK_REALTIME ns), attempt count.
+ *   version  a 64-bit number the backend gives each timer when it is put (a user's put, a retry, a
+ *            requeue). Versions of one key only grow; the logic compares versions of the same key and
+ *            nothing else. 0 is never a version.
+ *   fence    the backend's proof that this process may fire the timer (for PostgreSQL, the epoch of
+ *            the lease on the timer's shard when it was handed over; the journal always uses 0). The
+ *            logic keeps it with the timer and passes it back on fire, ack, bury and retry.
+ *   ref      {version, fence}: the timer the logic is talking about.
+ *   attempt  firings recorded so far. A timer is put with 0; fire() records firing number attempt+1
+ *            before its handler starts, so a restart that finds it unacknowledged fires it with
+ *            attempt + 1.
+ *   horizon  the logic loads timers in contiguous ranges of due time: load(0, L1), load(L1, L2), ...
+ *            `loaded` below means the `until` of the latest load: every timer this process owns and
+ *            that is due before it is in the logic's memory; none due at or after it is.
+ *
+ * THREADS AND ORDER
+ *   Every operation may be called from any thread, concurrently with any other, except as said here;
+ *   the backend synchronises itself. The logic serialises operations on one key: put, cancel, fire,
+ *   ack, bury, requeue and drop for the same key never overlap, and they reach the backend in the
+ *   order the logic decided them (it holds that key's lock across the call; fire is called only for
+ *   timers the logic has taken out of a cancellable state). A backend must never call into the logic
+ *   (the sink) from inside one of these calls while holding a lock that another of these calls can
+ *   wait for: the sink takes the logic's key locks.
+ *
+ * DURABILITY (the promises the logic's contract in chime.h rests on)
+ *   D1 put, cancel, dead_requeue and dead_drop record the change and return a ticket; the change is
+ *      durable once wait(ticket) has returned 0 (the logic calls it with CHIME_SYNC_EACH, after
+ *      releasing its lock on the key, so that one key's commit does not hold up its neighbours);
+ *      in any mode, within sync_interval_ns, and by the time a later sync() returns. A change is
+ *      visible to every later call as soon as it is recorded, durable or not.
+ *   D2 fire: durable when it returns, in either mode (the handler starts only afterwards).
+ *   D3 ack and bury: durable by the next group commit or sync(); not waited for.
+ *   D4 Per-key prefix: when an operation on a key is durable, every earlier operation on that key is
+ *      durable too. (The journal is one log, so a prefix of everything is durable; a backend that
+ *      commits on several connections must keep one key's operations in order.)
+ *   D5 Failure: once a write or sync fails, the backend reports nothing durable any more: every later
+ *      call returns the error (-EIO, -ENOSPC) and sink->failed is called once. Reopening recovers
+ *      what had been reported durable. A backend that can retry safely (a lost connection, not a
+ *      failed fsync) retries inside and does not fail.
+ *   D6 Restart: open() finds every durable pending timer and dead letter, with its attempt count.
+ */
+#ifndef CHIME_STORE_BACKEND_H
+#define CHIME_STORE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chime.h"
+
+struct chime__backend; /* one open backend; its layout is the backend's own */
+
+struct chime__ref {
+    uint64_t version; /* never 0 for a timer that exists */
+    uint64_t fence;   /* opaque to the logic */
+};
+
+/* A timer (or a dead letter) as a backend hands it over. The pointers are valid during the call. */
+struct chime__timer {
+    const void *key;
+    size_t key_len;
+    const void *payload;
+    size_t payload_len;
+    uint64_t due_ns;    /* CLOCK_REALTIME; for a dead letter, the due time of its last firing */
+    uint32_t attempt;   /* firings recorded so far */
+    struct chime__ref ref;
+};
+
+/* Called for each timer a read hands over. Returns 0, or nonzero to stop the read (the read then
+ * returns that value). */
+typedef int chime__timer_fn(void *ctx, const struct chime__timer *t);
+
+/*
+ * The logic's side, given to open(). Every function takes the logic's locks itself and may be called
+ * from any backend thread, but never from inside a backend call made by the logic (see THREADS).
+ */
+struct chime__sink {
+    void *ctx;
+    /* A pending timer this process should now fire, arriving other than through this process's own
+     * put or load(): a shard taken over from a dead node, a put made by another node for a shard this
+     * node owns. The backend calls it for every such timer due before `loaded`. The logic arms it
+     * unless it holds a newer version of the key (or a running handler of the same version). Only
+     * PostgreSQL uses it; the journal never does. */
+    void (*arm)(void *ctx, const struct chime__timer *t);
+    /* Fences may have become invalid (a lease was lost): the logic calls fence_valid() for each timer
+     * it holds and drops those not running whose fence is no longer valid. */
+    void (*revoke)(void *ctx);
+    /* The backend failed for good (D5); err is -EIO or -ENOSPC. Called once, from any thread. */
+    void (*failed)(void *ctx, int err);
+};
+
+/* A put as the logic asks for it (a user's put, or a retry). */
+struct chime__put {
+    const void *key;
+    size_t key_len;
+    const void *payload;
+    size_t payload_len;
+    uint64_t due_ns;
+    uint32_t attempt;        /* firings already made: 0 for a user's put, n for a retry after firing n */
+    uint64_t if_version;     /* 0: replace whatever is pending for the key. Otherwise (a retry): only
+                                if the key's pending timer is this version, else -ESTALE and nothing
+                                is written */
+};
+
+struct chime__put_result {
+    struct chime__ref ref;      /* the new timer */
+    struct chime__ref replaced; /* the pending timer it replaced, version 0 if none */
+    int owned;                  /* 1 if this process fires the new timer, so the logic arms it when it
+                                   is due before `loaded`; 0 if another node owns its key (PostgreSQL) */
+};
+
+/* One timer of a fire() batch. */
+struct chime__firing {
+    const void *key;
+    size_t key_len;
+    uint64_t due_ns;
+    struct chime__ref ref;
+    uint32_t attempt;        /* the number of this firing (recorded attempt + 1) */
+    int status;              /* out: 0 = recorded, start the handler; -ESTALE = the timer is no longer
+                                this process's to fire (cancelled or replaced by another node, or its
+                                fence is stale): drop it without running the handler */
+};
+
+struct chime__backend_stats {
+    uint64_t pending;        /* pending timers, everywhere */
+    uint64_t dead;           /* dead letters */
+    uint64_t bytes;          /* bytes held on disk (0 if not known) */
+};
+
+struct chime__backend_ops {
+    const char *name;
+
+    /*
+     * Open the backend for cfg (cfg->path for the journal) and recover (D6). Loads nothing (the
+     * logic calls load() next) and calls nothing of the sink before it returns. Refuses a second
+     * opener (-EBUSY) before starting any thread. cfg and sink outlive the backend.
+     * Return: 0; -EBUSY (another process holds it), -EBADMSG (damaged), -ENOMEM, -EIO, ...
+     */
+    int (*open)(struct chime__backend **out, const struct chime_store_config *cfg,
+                const struct chime__sink *sink);
+
+    /*
+     * Record a put (D1). Replaces the key's pending timer if there is one (reported in
+     * res->replaced), even one whose firing is recorded (its handler runs on; its ack and retry then
+     * change nothing), unless if_version says otherwise.
+     * Return: 0 and *ticket; -ESTALE (if_version did not match); -EIO, -ENOSPC (D5); -ENOMEM.
+     */
+    int (*put)(struct chime__backend *b, const struct chime__put *p, struct chime__put_result *res,
+               uint64_t *ticket);
+
+    /*
+     * Record that key's pending timer is cancelled (D1). *victim receives the cancelled timer's ref.
+     * `firing` is the version whose firing the logic has begun (taken for fire() and not finished),
+     * or 0: if that is the pending version, it is not cancelled.
+     * Return: 0 and *ticket; -ENOENT if none is pending; -EINPROGRESS if the pending version is
+     *         `firing`, or its firing is recorded (fire) and it has not been acknowledged, retried or
+     *         buried since: its handler is running or about to (here, or on another node), and it is
+     *         not cancelled; -EIO, -ENOSPC; -ENOMEM.
+     */
+    int (*cancel)(struct chime__backend *b, const void *key, size_t key_len, uint64_t firing,
+                  struct chime__ref *victim, uint64_t *ticket);
+
+    /* Wait until the change that returned ticket is durable (D1); 0 is a ticket with nothing to wait
+     * for. Return: 0; -EIO, -ENOSPC. */
+    int (*wait)(struct chime__backend *b, uint64_t ticket);
+
+    /*
+     * Record the firings of n timers (D2), each only if it is still this process's to fire (its
+     * version is pending and its fence valid); f[i].status says which. One group commit for all.
+     * Return: 0 (see the statuses); -EIO, -ENOSPC (no handler may start).
+     */
+    int (*fire)(struct chime__backend *b, struct chime__firing *f, size_t n);
+
+    /*
+     * The handler of `ref` returned 0: remove the timer for good (D3), if it is still the key's pending
+     * version (a put made while it ran has replaced it: then nothing is written, and 0) and the fence
+     * is still valid (else -ESTALE: the node that owns it now fires it again).
+     * Return: 0; -ESTALE; -EIO, -ENOSPC.
+     */
+    int (*ack)(struct chime__backend *b, const void *key, size_t key_len, const struct chime__ref *ref);
+
+    /*
+     * Send t->ref to the dead letters (D3), replacing the key's dead letter if any, under the same
+     * conditions as ack (a replaced version is not buried: 0, nothing written). t carries the key,
+     * payload, due time and attempt count to keep.
+     * Return: 0; -ESTALE; -EIO, -ENOSPC; -ENOMEM.
+     */
+    int (*bury)(struct chime__backend *b, const struct chime__timer *t);
+
+    /*
+     * Hand over, through fn, every pending timer this process owns with from <= due_ns < until, each
+     * once, in no particular order, with no lock held that put or cancel need (fn takes the logic's
+     * locks). A timer put, replaced or cancelled while load runs may be handed over in either state;
+     * the logic reconciles what changed during the load. Timers whose recorded attempt has reached the
+     * logic's limit are handed over too (the logic buries them). Afterwards `loaded` is until.
+     * Return: 0; what fn returned; -EIO (the store fails), -ENOMEM.
+     */
+    int (*load)(struct chime__backend *b, uint64_t from, uint64_t until, chime__timer_fn *fn,
+                void *ctx);
+
+    /*
+     * Hand over every dead letter through fn, in the order they died (a snapshot).
+     * Return: 0; what fn returned; -EIO, -ENOSPC, -ENOMEM.
+     */
+    int (*dead_list)(struct chime__backend *b, chime__timer_fn *fn, void *ctx);
+
+    /*
+     * Make key's dead letter a pending timer again, due at due_ns, with its payload and attempt 0,
+     * replacing the key's pending timer if any (D1, as put). fn is called once, before this returns,
+     * with the new timer (its payload is the dead letter's), so that the logic can arm it.
+     * Return: 0 and *ticket; -ENOENT if the key has no dead letter; -EIO, -ENOSPC; -ENOMEM.
+     */
+    int (*dead_requeue)(struct chime__backend *b, const void *key, size_t key_len, uint64_t due_ns,
+                        struct chime__put_result *res, chime__timer_fn *fn, void *ctx,
+                        uint64_t *ticket);
+
+    /*
+     * Delete key's dead letter for good (D1).
+     * Return: 0 and *ticket; -ENOENT if it has none; -EIO, -ENOSPC, -ENOMEM.
+     */
+    int (*dead_drop)(struct chime__backend *b, const void *key, size_t key_len, uint64_t *ticket);
+
+    /* Wait until everything recorded before the call is durable. Return: 0; -EIO, -ENOSPC. */
+    int (*sync)(struct chime__backend *b);
+
+    /* Whether a fence handed over earlier is still valid. NULL means always (the journal). */
+    int (*fence_valid)(struct chime__backend *b, uint64_t fence);
+
+    /* Counters (a snapshot). */
+    void (*stats)(struct chime__backend *b, struct chime__backend_stats *out);
+
+    /*
+     * Make everything durable and free the backend. The logic calls it once, after its own threads
+     * have stopped calling. Return: 0, or the error that made the backend fail (it is freed anyway).
+     */
+    int (*close)(struct chime__backend *b);
+};
+
+/* The embedded journal (journal.c). */
+extern const struct chime__backend_ops chime__journal_ops;
+
+/* The backend cfg asks for (backend.c): the journal, unless a future field names another. */
+const struct chime__backend_ops *chime__backend_for(const struct chime_store_config *cfg);
+
+#endif /* CHIME_STORE_BACKEND_H */

@@ -1,0 +1,484 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The journal's flusher thread: sealed segments become runs, and runs are merged, so that the disk
+ * holds about what is live and a due-time range can be read from a handful of sorted files.
+ *
+ * FLUSH. A sealed segment (J3: wholly durable) is read into memory, each record flattened into the
+ * records a run holds (its kill fields become KILLs sorted where their targets are), sorted into run
+ * order, collapsed (a PUT and its KILL both in the segment leave nothing), and written as the run
+ * covering that one segment. Only then is the segment deleted. A crash before the rename leaves a
+ * .tmp file (removed at open) and the segment; after it, the run and maybe the segment, which open
+ * deletes because a run covers it.
+ *
+ * MERGE. Runs are merged in age order, so a KILL meets its PUT (always in the same or an older run)
+ * and both vanish; a merge that includes the oldest run also drops KILLs and FIREs whose target is
+ * nowhere. The output covers its inputs' whole range and replaces them the same way a flush replaces
+ * a segment; open ignores and deletes any run another run's range contains, so a crash between the
+ * rename and the last unlink loses nothing and resurrects nothing.
+ *
+ * POLICY. After each flush: if the runs hold more than twice the live data plus 1 MiB, merge them
+ * all (the disk stays within about twice what is live); otherwise, beyond 6 runs, merge the newest
+ * ones, as many as have together at least half the size of the next older run (size tiers: each
+ * record is rewritten O(log(total / segment)) times). The next segment's size follows the live data
+ * (1 to 16 MiB), so a small store does not preallocate 16 MiB at a time.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/io.h"
+#include "store/journal.h"
+#include "store/merge.h"
+
+#define MERGE_ABOVE_RUNS 6
+#define BACKLOG_MAX 4 /* sealed segments waiting for the flusher before changes are held back */
+
+/* Publish sealed - flushed for the throttle's lock-free look. Locked. */
+static void set_backlog(struct chime__backend *j)
+{
+    /* relaxed: the throttle re-checks under the lock before it waits */
+    atomic_store_explicit(&j->backlog, j->sealed > j->flushed ? j->sealed - j->flushed : 0,
+                          memory_order_relaxed);
+}
+
+int chime__journal_throttle(struct chime__backend *j)
+{
+    if (atomic_load_explicit(&j->backlog, memory_order_relaxed) <= BACKLOG_MAX)
+        return 0;
+    pthread_mutex_lock(&j->lock);
+    while (!j->error && !j->stopping && j->sealed > j->flushed + BACKLOG_MAX)
+        pthread_cond_wait(&j->done, &j->lock);
+    int err = j->error;
+    pthread_mutex_unlock(&j->lock);
+    return err;
+}
+
+void chime__journal_fail(struct chime__backend *j, int err)
+{
+    pthread_mutex_lock(&j->lock);
+    int tell = !j->failed_told;
+    if (!j->error)
+        j->error = err;
+    j->failed_told = 1;
+    pthread_cond_broadcast(&j->done);
+    pthread_cond_broadcast(&j->work);
+    pthread_mutex_unlock(&j->lock);
+    if (tell && j->sink.failed)
+        j->sink.failed(j->sink.ctx, err);
+}
+
+int chime__journal_error(struct chime__backend *j)
+{
+    int err = j->wal ? chime__wal_error(j->wal) : 0;
+    if (err)
+        return err;
+    pthread_mutex_lock(&j->lock);
+    err = j->error;
+    pthread_mutex_unlock(&j->lock);
+    return err;
+}
+
+void chime__journal_sealed(void *ctx, uint64_t segment, uint64_t used)
+{
+    struct chime__backend *j = ctx;
+    pthread_mutex_lock(&j->lock);
+    if (segment > j->sealed) {
+        j->sealed = segment;
+        set_backlog(j);
+        if (j->nused == j->cused) {
+            size_t c = j->cused ? j->cused * 2 : 16;
+            uint64_t (*grown)[2] = realloc(j->used, c * sizeof *grown);
+            if (grown) {
+                j->used = grown;
+                j->cused = c;
+            }
+        }
+        if (j->nused < j->cused) { /* else the flusher reads the whole preallocated file */
+            j->used[j->nused][0] = segment;
+            j->used[j->nused++][1] = used;
+        }
+    }
+    pthread_cond_signal(&j->work);
+    pthread_mutex_unlock(&j->lock);
+}
+
+/* How many bytes of segment `number` hold records, if the log said so at the seal. Locked. */
+static uint64_t used_of(struct chime__backend *j, uint64_t number)
+{
+    for (size_t i = 0; i < j->nused; i++)
+        if (j->used[i][0] == number)
+            return j->used[i][1];
+    return UINT64_MAX;
+}
+
+/* Forget what the log said of segments up to `last`. Locked. */
+static void forget_used(struct chime__backend *j, uint64_t last)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < j->nused; i++)
+        if (j->used[i][0] > last)
+            memcpy(j->used[kept++], j->used[i], sizeof *j->used);
+    j->nused = kept;
+}
+
+int chime__journal_runs(struct chime__backend *j, struct chime__run ***out, size_t *n)
+{
+    pthread_mutex_lock(&j->runs_lock);
+    struct chime__run **copy = malloc((j->nruns ? j->nruns : 1) * sizeof *copy);
+    if (!copy) {
+        pthread_mutex_unlock(&j->runs_lock);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < j->nruns; i++) {
+        copy[i] = j->runs[i];
+        chime__run_ref(copy[i]);
+    }
+    *n = j->nruns;
+    pthread_mutex_unlock(&j->runs_lock);
+    *out = copy;
+    return 0;
+}
+
+void chime__journal_runs_release(struct chime__run **runs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        chime__run_unref(runs[i]);
+    free(runs);
+}
+
+/* Replace runs[first, first + count) (count may be 0: a new newest run) by r, in the list, and
+ * drop the list's references to what it replaced. */
+static int replace_runs(struct chime__backend *j, size_t first, size_t count, struct chime__run *r)
+{
+    struct chime__run **gone = count ? malloc(count * sizeof *gone) : NULL;
+    if (count && !gone)
+        return -ENOMEM;
+    pthread_mutex_lock(&j->runs_lock);
+    if (count == 0 && j->nruns == j->cruns) {
+        size_t c = j->cruns ? j->cruns * 2 : 8;
+        struct chime__run **grown = realloc(j->runs, c * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&j->runs_lock);
+            return -ENOMEM;
+        }
+        j->runs = grown;
+        j->cruns = c;
+    }
+    if (count)
+        memcpy(gone, j->runs + first, count * sizeof *gone);
+    memmove(j->runs + first + 1, j->runs + first + count,
+            (j->nruns - first - count) * sizeof *j->runs);
+    j->runs[first] = r;
+    j->nruns = j->nruns - count + 1;
+    pthread_mutex_unlock(&j->runs_lock);
+    for (size_t i = 0; i < count; i++)
+        chime__run_unref(gone[i]);
+    free(gone);
+    return 0;
+}
+
+static int flatten_into(struct chime__rec **recs, size_t *n, size_t *cap, const struct chime__rec *r)
+{
+    if (*n + 3 > *cap) {
+        size_t c = *cap ? *cap * 2 : 1024;
+        struct chime__rec *grown = realloc(*recs, c * sizeof *grown);
+        if (!grown)
+            return -ENOMEM;
+        *recs = grown;
+        *cap = c;
+    }
+    *n += (size_t)chime__rec_flatten(r, *recs + *n);
+    return 0;
+}
+
+/* Read the first `want` bytes of a segment file (fewer if it is shorter). Return: 0, the buffer and
+ * how much it holds; an error. */
+static int slurp(int dir, const char *name, uint64_t want, unsigned char **buf, uint64_t *size)
+{
+    int fd = chime__io_openat(dir, name, O_RDONLY, 0);
+    if (fd < 0)
+        return fd;
+    int err = chime__io_size(fd, size);
+    if (!err && *size > want)
+        *size = want;
+    *buf = err ? NULL : malloc(*size ? *size : 1);
+    if (!err && !*buf)
+        err = -ENOMEM;
+    if (!err) {
+        ssize_t got = chime__io_pread(fd, *buf, *size, 0);
+        if (got < 0)
+            err = (int)got;
+        else
+            *size = (uint64_t)got;
+    }
+    chime__io_close(fd);
+    if (err) {
+        free(*buf);
+        *buf = NULL;
+    }
+    return err;
+}
+
+/* Decode a segment's records (its first `valid` bytes) into recs, flattened; raise *next_version. */
+static int gather(uint64_t number, const unsigned char *buf, uint64_t size, uint64_t valid,
+                  struct chime__rec **recs, size_t *n, size_t *cap, uint64_t *next_version)
+{
+    struct chime__file_header h;
+    if (size < CHIME__FILE_HEADER || chime__header_decode(buf, &h) || h.run || h.lo != number)
+        return -EBADMSG;
+    if (h.next_version > *next_version)
+        *next_version = h.next_version;
+    uint64_t limit = valid < size ? valid : size;
+    for (uint64_t off = CHIME__FILE_HEADER; off < limit;) {
+        struct chime__rec r;
+        uint32_t len = 0;
+        enum chime__decoded d = chime__rec_decode(buf + off, limit - off, &r, &len);
+        if (d == CHIME__REC_END)
+            break;
+        if (d != CHIME__REC_WHOLE)
+            return -EBADMSG; /* replay passes `valid` for a torn segment; a sealed one is whole */
+        if (r.version >= *next_version)
+            *next_version = r.version + 1;
+        int err = flatten_into(recs, n, cap, &r);
+        if (err)
+            return err;
+        off += len;
+    }
+    return 0;
+}
+
+int chime__journal_flush_segments(struct chime__backend *j, uint64_t first, size_t count,
+                                  const uint64_t *valid)
+{
+    unsigned char **bufs = calloc(count, sizeof *bufs);
+    struct chime__rec *recs = NULL, **order = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t next_version = 1;
+    int err = bufs ? 0 : -ENOMEM;
+    for (size_t i = 0; !err && i < count; i++) {
+        if (!valid[i])
+            continue; /* nothing whole in it: not even read */
+        char name[CHIME__NAME_MAX];
+        uint64_t size;
+        chime__wal_name(name, first + i);
+        err = slurp(j->dir, name, valid[i], &bufs[i], &size);
+        if (!err)
+            err = gather(first + i, bufs[i], size, valid[i], &recs, &n, &cap, &next_version);
+    }
+    struct chime__run *run = NULL;
+    if (!err && !(order = malloc((n ? n : 1) * sizeof *order)))
+        err = -ENOMEM;
+    if (!err) {
+        for (size_t i = 0; i < n; i++)
+            order[i] = &recs[i];
+        chime__rec_sort(order, n);
+        struct chime__run_writer w;
+        err = chime__run_begin(&w, j->dir, first, first + count - 1, next_version);
+        if (!err) {
+            struct chime__array_source src;
+            struct chime__source *s = &src.base;
+            struct chime__collapse c;
+            chime__array_source_init(&src, order, n);
+            chime__collapse_init(&c, CHIME__KEEP_RUN, j->nruns == 0, chime__run_emit, &w);
+            err = chime__merge(&s, 1, &c);
+            chime__collapse_free(&c);
+            if (err)
+                chime__run_abort(&w);
+            else
+                err = chime__run_commit(&w, &run);
+        }
+    }
+    free(order);
+    free(recs);
+    for (size_t i = 0; bufs && i < count; i++)
+        free(bufs[i]);
+    free(bufs);
+    if (!err)
+        err = replace_runs(j, j->nruns, 0, run);
+    if (err) {
+        if (run)
+            chime__run_unref(run);
+        return err;
+    }
+    /* The run is in place (J3): the segments go. */
+    for (size_t i = 0; !err && i < count; i++) {
+        char name[CHIME__NAME_MAX];
+        chime__wal_name(name, first + i);
+        err = chime__io_unlinkat(j->dir, name);
+    }
+    if (!err)
+        err = chime__io_fsync(j->dir);
+    atomic_fetch_add_explicit(&j->flushes, 1, memory_order_relaxed); /* a statistic */
+    return err;
+}
+
+/* Merge runs[first, first + count) into one. Flusher thread only. */
+static int merge_runs(struct chime__backend *j, size_t first, size_t count)
+{
+    struct chime__run **in = j->runs + first; /* the flusher alone changes the list (J4) */
+    struct chime__run_source *srcs = calloc(count, sizeof *srcs);
+    struct chime__source **ptrs = calloc(count, sizeof *ptrs);
+    int err = srcs && ptrs ? 0 : -ENOMEM;
+    uint64_t next_version = 0;
+    size_t opened = 0;
+    for (; !err && opened < count; opened++) {
+        err = chime__run_source_all(&srcs[opened], in[opened]);
+        ptrs[opened] = &srcs[opened].base;
+        if (in[opened]->next_version > next_version)
+            next_version = in[opened]->next_version;
+    }
+    if (err && opened)
+        opened--; /* the last init failed: it holds nothing to free */
+    struct chime__run *out = NULL;
+    struct chime__run_writer w;
+    if (!err)
+        err = chime__run_begin(&w, j->dir, in[0]->lo, in[count - 1]->hi, next_version);
+    if (!err) {
+        struct chime__collapse c;
+        chime__collapse_init(&c, CHIME__KEEP_RUN, first == 0, chime__run_emit, &w);
+        err = chime__merge(ptrs, count, &c);
+        chime__collapse_free(&c);
+        if (err)
+            chime__run_abort(&w);
+        else
+            err = chime__run_commit(&w, &out);
+    }
+    for (size_t i = 0; i < opened; i++)
+        chime__run_source_free(&srcs[i]);
+    free(srcs);
+    free(ptrs);
+    if (err)
+        return err;
+    /* The inputs' names, while the list still holds them; then the list, then the files. */
+    char (*names)[CHIME__NAME_MAX] = malloc(count * sizeof *names);
+    if (!names) {
+        chime__run_unref(out);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < count; i++)
+        chime__run_name(names[i], in[i]->lo, in[i]->hi);
+    err = replace_runs(j, first, count, out);
+    if (err)
+        chime__run_unref(out);
+    for (size_t i = 0; !err && i < count; i++)
+        err = chime__io_unlinkat(j->dir, names[i]);
+    if (!err)
+        err = chime__io_fsync(j->dir);
+    free(names);
+    atomic_fetch_add_explicit(&j->merges, 1, memory_order_relaxed); /* a statistic */
+    return err;
+}
+
+/* The size policy (see POLICY above). Flusher thread only. */
+static int maybe_merge(struct chime__backend *j)
+{
+    size_t n = j->nruns;
+    uint64_t total = 0, records = 0;
+    for (size_t i = 0; i < n; i++) {
+        total += j->runs[i]->size;
+        records += j->runs[i]->records;
+    }
+    uint64_t live = chime__index_count(j->ix, CHIME__IX_PENDING) + chime__index_count(j->ix, CHIME__IX_DEAD);
+    uint64_t per = records ? total / records : 128, live_bytes = live * per;
+    chime__wal_set_segment_bytes(j->wal, live_bytes);
+    if (n >= 2 && total > 2 * live_bytes + ((uint64_t)1 << 20))
+        return merge_runs(j, 0, n);
+    if (n <= MERGE_ABOVE_RUNS)
+        return 0;
+    size_t k = 2;
+    uint64_t newest = j->runs[n - 1]->size + j->runs[n - 2]->size;
+    while (k < n && newest * 2 >= j->runs[n - k - 1]->size) {
+        newest += j->runs[n - k - 1]->size;
+        k++;
+    }
+    return merge_runs(j, n - k, k);
+}
+
+#define FLUSH_BATCH_BYTES ((uint64_t)32 << 20) /* segment bytes read into one flush at most */
+#define FLUSH_BATCH_COUNT 64
+
+static void *flusher_main(void *arg)
+{
+    struct chime__backend *j = arg;
+    int err = maybe_merge(j); /* what earlier lives (or crashes) left, before anything new */
+    if (err)
+        chime__journal_fail(j, err);
+    chime__wal_prepare(j->wal); /* not sticky: the log retries, and fails for good itself */
+    uint64_t valid[FLUSH_BATCH_COUNT];
+    pthread_mutex_lock(&j->lock);
+    while (!j->stopping && !j->error) {
+        if (j->sealed <= j->flushed) {
+            pthread_cond_wait(&j->work, &j->lock);
+            continue;
+        }
+        /* Every sealed segment up to the budget goes into one run: a flush's fixed costs (a run
+         * created, synced, renamed; the directory synced twice) are paid once for them all. */
+        uint64_t first = j->flushed + 1, bytes = 0;
+        size_t count = 0;
+        while (count < FLUSH_BATCH_COUNT && first + count <= j->sealed &&
+               (count == 0 || bytes < FLUSH_BATCH_BYTES)) {
+            valid[count] = used_of(j, first + count);
+            bytes += valid[count] == UINT64_MAX ? FLUSH_BATCH_BYTES : valid[count];
+            count++;
+        }
+        pthread_mutex_unlock(&j->lock);
+        err = chime__journal_flush_segments(j, first, count, valid);
+        if (!err) {
+            pthread_mutex_lock(&j->lock);
+            j->flushed = first + count - 1;
+            set_backlog(j);
+            forget_used(j, j->flushed);
+            pthread_cond_broadcast(&j->done);
+            pthread_mutex_unlock(&j->lock);
+            err = maybe_merge(j);
+        }
+        if (!err)
+            chime__wal_prepare(j->wal);
+        if (err)
+            chime__journal_fail(j, err);
+        pthread_mutex_lock(&j->lock);
+    }
+    pthread_mutex_unlock(&j->lock);
+    return NULL;
+}
+
+int chime__journal_start_flusher(struct chime__backend *j)
+{
+    if (pthread_create(&j->flusher, NULL, flusher_main, j) != 0)
+        return -ECHILD;
+    j->flusher_started = 1;
+    return 0;
+}
+
+void chime__journal_stop_flusher(struct chime__backend *j)
+{
+    if (!j->flusher_started)
+        return;
+    pthread_mutex_lock(&j->lock);
+    j->stopping = 1;
+    pthread_cond_broadcast(&j->work);
+    pthread_cond_broadcast(&j->done);
+    pthread_mutex_unlock(&j->lock);
+    pthread_join(j->flusher, NULL);
+    j->flusher_started = 0;
+}
+
+int chime__journal_flush_all(struct chime__backend *j)
+{
+    uint64_t sealed;
+    int err = chime__wal_seal(j->wal, &sealed);
+    if (err)
+        return err;
+    pthread_mutex_lock(&j->lock);
+    if (sealed > j->sealed) {
+        j->sealed = sealed;
+        set_backlog(j);
+    }
+    pthread_cond_signal(&j->work);
+    while (!j->error && !j->stopping && j->flushed < sealed)
+        pthread_cond_wait(&j->done, &j->lock);
+    err = j->flushed >= sealed ? 0 : j->error ? j->error : -ESHUTDOWN;
+    pthread_mutex_unlock(&j->lock);
+    return err;
+}

@@ -1,0 +1,390 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Firing: from a loaded timer's runtime callback to its handler's outcome.
+ *
+ * THE WALL CLOCK. Deadlines are CLOCK_REALTIME; the runtime counts CLOCK_MONOTONIC. A timer is armed
+ * at now_monotonic + (due - now_wall), and when the runtime calls back the wall clock is read again:
+ * if it says "not yet" (it stepped back, or ran faster than the monotonic clock), the timer is armed
+ * again for the rest. So a handler never starts before its due time by the wall clock. Because NTP
+ * may slew the wall clock against the monotonic one by up to 0.05% (and adjtimex allows 0.05% more),
+ * a timer more than a second away is armed early by 1/1024 of its delay, so that the check happens
+ * before the deadline and the second arming lands on it: never early, and not late by the slew
+ * either. A step forward is caught by the keeper (keeper.c), which re-arms everything.
+ *
+ * THE DISPATCHER. Due timers queue in FIFO order for one dispatcher thread, which takes as many as
+ * the rate limit allows (a token bucket: max_fires_per_s tokens a second, at most max(1, rate/100)
+ * stored), records their firings in one backend call (D2: durable before any handler starts, so a
+ * crash from here on makes the restart fire them again with attempt + 1), and hands each handler to
+ * the runtime as a timer due at once: it runs on a worker (or the advancing thread). One commit
+ * serves a whole batch.
+ *
+ * LEAD. Recording a firing costs a commit (an fdatasync: 0.2 ms on a quiet disk, milliseconds on a
+ * busy one), and the handler may not start before it is durable. So a loaded timer is taken for
+ * firing LEAD_NS (2 ms) before its due time, its firing is recorded then, and its handler is handed
+ * to the runtime as a timer due at the due time itself: the handler starts as late as the runtime
+ * makes any timer, not a commit later (unless the commit takes longer than the lead). The price:
+ * from 2 ms before its due time a timer cannot be cancelled (-EINPROGRESS), and a crash in those 2 ms
+ * counts an attempt that did not start (its restart fires it with attempt + 1).
+ *
+ * OUTCOMES, recorded with the key's stripe locked: 0 acknowledges (the backend removes the timer,
+ * unless a put replaced it meanwhile); > 0 puts the same key again at now + delay with attempt
+ * kept, only if it is still this version (else the newer put wins); a negative value, or a retry
+ * past max_attempts, buries it. Then a newer firing of the key that was held back is released.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "store/store.h"
+
+#define BATCH 1024 /* firings recorded per backend call at most */
+#define NS_PER_S UINT64_C(1000000000)
+#define LEAD_NS UINT64_C(2000000) /* a firing is recorded this long before its due time: see LEAD */
+
+static _Thread_local const struct chime_store *tls_handler_store;
+
+int chime__store_in_handler(const struct chime_store *s)
+{
+    return tls_handler_store == s;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
+/* When a loaded timer is taken for firing: LEAD_NS before its due time. */
+static uint64_t take_at(const struct hot *e)
+{
+    return e->due_ns > LEAD_NS ? e->due_ns - LEAD_NS : 0;
+}
+
+/* The monotonic deadline for wall-clock time `at`; 0 (at once) if it has passed. */
+static uint64_t mono_for(struct chime_store *s, uint64_t at)
+{
+    uint64_t now = s->wall();
+    if (at <= now)
+        return 0;
+    uint64_t delay = at - now;
+    if (delay > NS_PER_S)
+        delay -= delay >> 10; /* early by 1/1024: see THE WALL CLOCK */
+    return mono_ns() + delay;
+}
+
+void chime__store_arm(struct chime_store *s, struct hot *e)
+{
+    e->state = HOT_ARMED;
+    if (chime_timer_schedule_at(s->rt, mono_for(s, take_at(e)), chime__store_due, e, &e->rid) != 0) {
+        e->rid = 0; /* out of memory (or stopping): the keeper arms it later */
+        atomic_fetch_add_explicit(&s->unarmed, 1, memory_order_relaxed);
+    }
+}
+
+static void enqueue(struct chime_store *s, struct hot *e)
+{
+    pthread_mutex_lock(&s->dlock);
+    e->qnext = NULL;
+    if (s->qtail)
+        s->qtail->qnext = e;
+    else
+        s->qhead = e;
+    s->qtail = e;
+    s->qlen++;
+    pthread_cond_signal(&s->dwork);
+    pthread_mutex_unlock(&s->dlock);
+}
+
+void chime__store_release_held(struct chime_store *s, struct hot *e)
+{
+    e->wait_prev = 0;
+    if (e->state == HOT_HELD) {
+        e->state = HOT_QUEUED;
+        enqueue(s, e);
+    }
+}
+
+void chime__store_due(void *arg)
+{
+    struct hot *e = arg;
+    struct chime_store *s = e->s;
+    struct hot_stripe *st = chime__store_stripe(s, e->hash);
+    pthread_mutex_lock(&st->lock);
+    if (e->detached) { /* cancelled or replaced after this callback had begun */
+        pthread_mutex_unlock(&st->lock);
+        free(e);
+        return;
+    }
+    e->rid = 0;
+    if (s->wall() < take_at(e)) { /* armed early on purpose, or the wall clock stepped back */
+        chime__store_arm(s, e);
+        pthread_mutex_unlock(&st->lock);
+        return;
+    }
+    if (e->wait_prev) {
+        e->state = HOT_HELD;
+        pthread_mutex_unlock(&st->lock);
+        return;
+    }
+    e->state = HOT_QUEUED;
+    enqueue(s, e); /* under the stripe lock: a cancel now finds it QUEUED and in the queue */
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* The key's pending firing, held back while this one ran, may go. Stripe locked. */
+static void release_successor(struct chime_store *s, struct hot_stripe *st, struct hot *e)
+{
+    struct hot *p, *r;
+    chime__store_find(st, e->hash, e->data, e->key_len, &p, &r);
+    if (p && p->wait_prev)
+        chime__store_release_held(s, p);
+}
+
+/* Record what the handler of e returned. */
+static void finish(struct chime_store *s, struct hot *e, int64_t rc)
+{
+    struct hot_stripe *st = chime__store_stripe(s, e->hash);
+    const void *key = e->data, *payload = e->data + e->key_len;
+    pthread_mutex_lock(&st->lock);
+    chime__store_unlink(s, st, e);
+    struct chime__timer t = { key, e->key_len, payload, e->payload_len, e->due_ns, e->attempt,
+                              e->ref };
+    int reused = 0;
+    if (rc == 0) {
+        if (s->ops->ack(s->b, key, e->key_len, &e->ref) == 0)
+            atomic_fetch_add_explicit(&s->acked, 1, memory_order_relaxed);
+    } else if (rc > 0 && e->attempt < s->cfg.max_attempts) {
+        uint64_t now = s->wall(), due = now + (uint64_t)rc < now ? UINT64_MAX : now + (uint64_t)rc;
+        struct chime__put put = { key, e->key_len, payload, e->payload_len, due, e->attempt,
+                                  e->ref.version };
+        struct chime__put_result res;
+        uint64_t ticket; /* a retry, like an ack, is not waited for (D3) */
+        if (s->ops->put(s->b, &put, &res, &ticket) == 0) {
+            atomic_fetch_add_explicit(&s->retried, 1, memory_order_relaxed);
+            e->ref = res.ref;
+            e->due_ns = due;
+            e->wait_prev = 0;
+            reused = 1;
+            chime__store_place(s, st, e, res.owned); /* no newer put exists: it would have won */
+        }
+    } else {
+        if (s->ops->bury(s->b, &t) == 0)
+            atomic_fetch_add_explicit(&s->buried, 1, memory_order_relaxed);
+    }
+    if (!reused) {
+        release_successor(s, st, e);
+        free(e);
+    }
+    pthread_mutex_unlock(&st->lock);
+    pthread_mutex_lock(&s->dlock);
+    /* The last handler to finish wakes a close waiting for them (it waits under dlock). */
+    if (atomic_fetch_sub_explicit(&s->running, 1, memory_order_relaxed) == 1)
+        pthread_cond_broadcast(&s->didle);
+    pthread_mutex_unlock(&s->dlock);
+}
+
+/* A recorded firing whose handler will not start now (the store closes before its due time, or the
+ * runtime refused it): it leaves the table without an outcome, and stays pending on disk (a restart
+ * fires it, with attempt + 1). */
+void chime__store_abandon(struct chime_store *s, struct hot *e)
+{
+    struct hot_stripe *st = chime__store_stripe(s, e->hash);
+    pthread_mutex_lock(&st->lock);
+    chime__store_unlink(s, st, e);
+    release_successor(s, st, e);
+    pthread_mutex_unlock(&st->lock);
+    free(e);
+    pthread_mutex_lock(&s->dlock);
+    if (atomic_fetch_sub_explicit(&s->running, 1, memory_order_relaxed) == 1)
+        pthread_cond_broadcast(&s->didle); /* as in finish */
+    pthread_mutex_unlock(&s->dlock);
+}
+
+static void run_handler(void *arg);
+
+/* Hand e's handler to the runtime for its due time (rid: its runtime timer). Stripe locked.
+ * Return: 0, or nonzero if the runtime refused (rid is 0 then). */
+static int schedule_handler(struct chime_store *s, struct hot *e)
+{
+    if (chime_timer_schedule_at(s->rt, mono_for(s, e->due_ns), run_handler, e, &e->rid) == 0)
+        return 0;
+    e->rid = 0;
+    return -1;
+}
+
+static void run_handler(void *arg)
+{
+    struct hot *e = arg;
+    struct chime_store *s = e->s;
+    struct hot_stripe *st = chime__store_stripe(s, e->hash);
+    pthread_mutex_lock(&st->lock);
+    e->rid = 0; /* begun: chime__store_reschedule_handler leaves it alone */
+    /* Never before the due time by the wall clock, which may have stepped back since the firing was
+     * recorded (LEAD): then wait again for the rest. The timer stays RUNNING meanwhile. */
+    if (s->wall() < e->due_ns) {
+        /* acquire: pairs with close's release store; if close's sweep missed this, it is seen here */
+        int gone = atomic_load_explicit(&s->closing, memory_order_acquire) ||
+                   schedule_handler(s, e) != 0;
+        pthread_mutex_unlock(&st->lock);
+        if (gone)
+            chime__store_abandon(s, e);
+        return;
+    }
+    pthread_mutex_unlock(&st->lock);
+    struct chime_fire f = { e->data, e->key_len, e->data + e->key_len, e->payload_len, e->due_ns,
+                            e->attempt };
+    tls_handler_store = s;
+    int64_t rc = s->handler(s->ctx, &f);
+    tls_handler_store = NULL;
+    finish(s, e, rc);
+}
+
+/* Record the firings of a batch taken from the queue and hand out their handlers. */
+static void fire_batch(struct chime_store *s, struct hot **batch, size_t n)
+{
+    struct chime__firing f[BATCH];
+    struct hot *live[BATCH];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct hot *e = batch[i];
+        struct hot_stripe *st = chime__store_stripe(s, e->hash);
+        pthread_mutex_lock(&st->lock);
+        if (e->detached) {
+            pthread_mutex_unlock(&st->lock);
+            free(e);
+            continue;
+        }
+        e->state = HOT_FIRING; /* from here a cancel gets -EINPROGRESS, a put adds a new version */
+        f[k] = (struct chime__firing){ e->data, e->key_len, e->due_ns, e->ref, e->attempt + 1, 0 };
+        live[k++] = e;
+        pthread_mutex_unlock(&st->lock);
+    }
+    if (!k)
+        return;
+    int err = s->ops->fire(s->b, f, k);
+    if (err) {
+        chime__store_fail(s, err); /* no handler starts: the restart fires them */
+        return;
+    }
+    for (size_t i = 0; i < k; i++) {
+        struct hot *e = live[i];
+        struct hot_stripe *st = chime__store_stripe(s, e->hash);
+        pthread_mutex_lock(&st->lock);
+        if (f[i].status != 0) { /* no longer ours to fire (another node's backend said so) */
+            chime__store_unlink(s, st, e);
+            release_successor(s, st, e);
+            pthread_mutex_unlock(&st->lock);
+            free(e);
+            continue;
+        }
+        e->state = HOT_RUNNING;
+        e->attempt = f[i].attempt;
+        atomic_fetch_add_explicit(&s->running, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->fired, 1, memory_order_relaxed);
+        /* The handler starts at the due time (LEAD), or at once if that has passed. */
+        int refused = schedule_handler(s, e);
+        pthread_mutex_unlock(&st->lock);
+        if (refused)
+            run_handler(e); /* the runtime refused (out of memory): run it here rather than lose it */
+    }
+}
+
+int chime__store_reschedule_handler(struct chime_store *s, struct hot *e)
+{
+    if (!e->rid)
+        return 0; /* its callback has begun: it reads the clock, and closing, itself */
+    /* acquire: pairs with close's release store of closing */
+    int closing = atomic_load_explicit(&s->closing, memory_order_acquire);
+    if (closing && s->wall() + LEAD_NS >= e->due_ns)
+        return 0; /* it starts within the lead anyway: close waits for it */
+    if (chime_timer_cancel(s->rt, e->rid) != 0)
+        return 0; /* its callback has just begun */
+    e->rid = 0;
+    return closing || schedule_handler(s, e) != 0;
+}
+
+/* How many queued timers the rate limit lets start now; *wait_ns until the next token if none. */
+static size_t allowance(struct chime_store *s, size_t want, uint64_t *wait_ns)
+{
+    uint64_t rate = s->cfg.max_fires_per_s;
+    if (!rate)
+        return want;
+    double cap = rate / 100 > 1 ? (double)(rate / 100) : 1.0;
+    uint64_t now = mono_ns();
+    s->tokens += (double)(now - s->tokens_at) * (double)rate / 1e9;
+    s->tokens_at = now;
+    if (s->tokens > cap)
+        s->tokens = cap;
+    if (s->tokens < 1.0) {
+        *wait_ns = (uint64_t)((1.0 - s->tokens) * 1e9 / (double)rate) + 1;
+        return 0;
+    }
+    size_t n = (size_t)s->tokens < want ? (size_t)s->tokens : want;
+    s->tokens -= (double)n;
+    return n;
+}
+
+static void *dispatcher_main(void *arg)
+{
+    struct chime_store *s = arg;
+    struct hot *batch[BATCH];
+    pthread_mutex_lock(&s->dlock);
+    while (!s->dstop) {
+        if (!s->qhead || atomic_load_explicit(&s->error, memory_order_relaxed)) {
+            pthread_cond_wait(&s->dwork, &s->dlock);
+            continue;
+        }
+        uint64_t wait_ns = 0;
+        size_t n = allowance(s, s->qlen < BATCH ? s->qlen : BATCH, &wait_ns);
+        if (!n) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts); /* dwork's clock (lifecycle.c) */
+            uint64_t at = (uint64_t)ts.tv_nsec + wait_ns;
+            ts.tv_sec += (time_t)(at / NS_PER_S);
+            ts.tv_nsec = (long)(at % NS_PER_S);
+            pthread_cond_timedwait(&s->dwork, &s->dlock, &ts);
+            continue;
+        }
+        for (size_t i = 0; i < n; i++) {
+            batch[i] = s->qhead;
+            s->qhead = s->qhead->qnext;
+        }
+        if (!s->qhead)
+            s->qtail = NULL;
+        s->qlen -= n;
+        pthread_mutex_unlock(&s->dlock);
+        fire_batch(s, batch, n);
+        pthread_mutex_lock(&s->dlock);
+    }
+    pthread_mutex_unlock(&s->dlock);
+    return NULL;
+}
+
+int chime__store_start_dispatcher(struct chime_store *s)
+{
+    s->tokens_at = mono_ns();
+    s->tokens = 1.0;
+    if (pthread_create(&s->dispatcher, NULL, dispatcher_main, s) != 0)
+        return -ECHILD;
+    s->dispatcher_started = 1;
+    return 0;
+}
+
+void chime__store_stop_dispatcher(struct chime_store *s)
+{
+    if (!s->dispatcher_started)
+        return;
+    pthread_mutex_lock(&s->dlock);
+    s->dstop = 1;
+    pthread_cond_signal(&s->dwork);
+    pthread_mutex_unlock(&s->dlock);
+    pthread_join(s->dispatcher, NULL);
+    s->dispatcher_started = 0;
+    /* A handler waiting for a wall clock that stepped back would keep close waiting: take it back. */
+    chime__store_sweep(s, CHIME__SWEEP_CLOSE);
+    pthread_mutex_lock(&s->dlock);
+    while (atomic_load_explicit(&s->running, memory_order_relaxed)) /* decremented under dlock */
+        pthread_cond_wait(&s->didle, &s->dlock);
+    pthread_mutex_unlock(&s->dlock);
+}

@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The journal's records and file headers, in memory and on disk (format.md is the contract): encoding,
+ * decoding with every check the reader's rules need, and the order records take in a run.
+ */
+#ifndef CHIME_STORE_FORMAT_H
+#define CHIME_STORE_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chime.h"
+
+#define CHIME__FILE_HEADER 64 /* bytes before the first record of every file */
+#define CHIME__REC_HEADER 64  /* bytes before a record's key */
+#define CHIME__REC_MAX (CHIME__REC_HEADER + CHIME_STORE_KEY_MAX + CHIME_STORE_PAYLOAD_MAX)
+
+enum chime__rec_type {
+    CHIME__PUT = 1,  /* a pending timer */
+    CHIME__KILL = 2, /* ends a version: cancelled, acknowledged, requeued, dropped */
+    CHIME__FIRE = 3, /* a firing of a version started */
+    CHIME__DEAD = 4, /* a dead letter */
+};
+#define CHIME__KILL_DEAD 1 /* flags of a KILL: its target is a dead letter */
+
+/* A record, decoded (key and payload point into the buffer it was decoded from) or to encode. */
+struct chime__rec {
+    uint8_t type;
+    uint8_t flags;
+    uint16_t key_len;
+    uint32_t payload_len;
+    uint64_t version;
+    uint64_t due;
+    uint32_t attempt;
+    uint64_t kill_version; /* segments only: PUT and DEAD may end a pending timer... */
+    uint64_t kill_due;
+    uint64_t kill_dead;    /* ...and a dead letter */
+    const void *key;
+    const void *payload;
+    const void *raw;       /* decoded: its encoded bytes, while they match (a run copies them) */
+};
+
+/* The record's length on disk: the header, key and payload rounded up to 8 bytes. */
+static inline uint32_t chime__rec_len(size_t key_len, size_t payload_len)
+{
+    return (uint32_t)((CHIME__REC_HEADER + key_len + payload_len + 7) & ~(size_t)7);
+}
+
+/* Write r at dst (chime__rec_len bytes, checksum included). */
+void chime__rec_encode(void *dst, const struct chime__rec *r);
+
+enum chime__decoded {
+    CHIME__REC_WHOLE, /* *out and *len describe the record */
+    CHIME__REC_END,   /* fewer than 8 bytes, or 8 zero bytes: nothing was ever written here */
+    CHIME__REC_SHORT, /* the header says len bytes and fewer are available: read more (if the file
+                         has no more, the record is not whole) */
+    CHIME__REC_BAD,   /* not a whole record (format.md: checksum, length or fields) */
+};
+
+/* Decode the record at buf, of which avail bytes are available. *len receives its length when known
+ * (WHOLE and SHORT). */
+enum chime__decoded chime__rec_decode(const void *buf, size_t avail, struct chime__rec *out,
+                                      uint32_t *len);
+
+struct chime__file_header {
+    int run;               /* 0: a segment ("chimeWAL"), 1: a run ("chimeRUN") */
+    uint64_t lo, hi;
+    uint64_t next_version;
+    uint64_t created;
+};
+
+void chime__header_encode(void *dst, const struct chime__file_header *h);
+/* Return: 0, or -EBADMSG if the 64 bytes at src are not a whole header. */
+int chime__header_decode(const void *src, struct chime__file_header *h);
+
+/* File names (format.md): wal-<16 hex digits>.log, run-<16 hex>-<16 hex>.run. */
+#define CHIME__NAME_MAX 48
+void chime__wal_name(char out[CHIME__NAME_MAX], uint64_t segment);
+void chime__run_name(char out[CHIME__NAME_MAX], uint64_t lo, uint64_t hi);
+/* Parse a name. Return: 1 a segment (*lo = *hi = its number), 2 a run, 0 neither. */
+int chime__parse_name(const char *name, uint64_t *lo, uint64_t *hi);
+
+/* ---- the order of a run (format.md) ---- */
+
+/* Section 0: pending timers, by due time; section 1: dead letters, by version. */
+static inline int chime__rec_section(const struct chime__rec *r)
+{
+    return r->type == CHIME__DEAD || (r->type == CHIME__KILL && (r->flags & CHIME__KILL_DEAD));
+}
+
+/* <0, 0, >0 as a sorts before, with, after b in a run: (section, due, version, PUT/DEAD < FIRE <
+ * KILL). */
+int chime__rec_cmp(const struct chime__rec *a, const struct chime__rec *b);
+
+/*
+ * A segment's record as a run holds it: the record without its kill fields, then a KILL for each of
+ * them. out[] receives 1 to 3 records (key and payload shared with r). Return: how many.
+ */
+int chime__rec_flatten(const struct chime__rec *r, struct chime__rec out[3]);
+
+#endif /* CHIME_STORE_FORMAT_H */

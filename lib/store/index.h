@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The journal's key index: for every key, the version and due time of its pending timer, and the
+ * version of its dead letter. It is how a put finds the timer it replaces and a cancel knows whether
+ * a key is pending, for keys whose timers are far away and held nowhere in memory.
+ *
+ * The index is derived: open() rebuilds it from the journal, so it is never synced and a crash
+ * cannot damage it. Small tables are memory (at most 32 MiB in all); large ones live in unnamed files
+ * (O_TMPFILE) in the journal's directory, read and written a few slots at a time: the kernel's page
+ * cache holds them, and may write them out and evict them under pressure. That is how 10^7 far
+ * timers cost the process little resident memory: a key lookup then costs a pread where it would
+ * have cost a cache miss (index.c says why not a mapping).
+ *
+ * A key is named by its SipHash-2-4-128 under a key drawn at random at open (hash.c). Tables are
+ * open-addressed with linear probing, 32 bytes a slot, at most 3/4 full, in 32 stripes by hash, each
+ * with its own lock: calls for one key hold its stripe's lock (chime__index_lock).
+ */
+#ifndef CHIME_STORE_INDEX_H
+#define CHIME_STORE_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/hash.h"
+
+struct chime__index;
+
+enum chime__index_table {
+    CHIME__IX_PENDING = 0, /* key -> version and due time of its pending timer */
+    CHIME__IX_DEAD = 1,    /* key -> version of its dead letter */
+};
+
+struct chime__ikey {
+    struct chime__hash h;
+    unsigned stripe;
+};
+
+/* Return: 0; -ENOMEM. The tables' files go in the directory `dir` (borrowed). */
+int chime__index_open(struct chime__index **out, int dir);
+void chime__index_free(struct chime__index *ix);
+
+/* The key's name in this index. Any thread, no lock. */
+void chime__index_key(const struct chime__index *ix, const void *key, size_t len,
+                      struct chime__ikey *out);
+
+void chime__index_lock(struct chime__index *ix, const struct chime__ikey *k);
+void chime__index_unlock(struct chime__index *ix, const struct chime__ikey *k);
+
+/* With k's stripe locked. Errors are those of reading or writing a table's file (-EIO...), or
+ * -ENOMEM, -ENOSPC when a table grows. */
+/* Return: 1 and the entry, 0 if the key has none, or an error. */
+int chime__index_get(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
+                     uint64_t *version, uint64_t *due);
+/* Make room for one more entry in table t of k's stripe, so that the next chime__index_set there
+ * does not grow it. Return: 0; -ENOMEM, -ENOSPC or an I/O error if the table had to grow. */
+int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
+                         const struct chime__ikey *k);
+/* Insert or overwrite. Return: 0; as chime__index_reserve, or an error writing a table's file. */
+int chime__index_set(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
+                     uint64_t version, uint64_t due);
+/* A lookup that remembers where the key goes, for a write after it (the put path: look up, append
+ * to the log, write the new version): one probe instead of two. Nothing may change the stripe's
+ * table in between; reserve first (growth moves the slots). */
+struct chime__islot {
+    uint64_t pos;
+    int found;        /* 1: version and due hold the key's live entry */
+    int ended;        /* the slot holds an ended entry of the key (left by a rebuild) */
+    uint64_t version, due;
+};
+int chime__index_find(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
+                      struct chime__islot *at);
+int chime__index_write(struct chime__index *ix, enum chime__index_table t,
+                       const struct chime__ikey *k, const struct chime__islot *at, uint64_t version,
+                       uint64_t due);
+/* Delete the entry chime__index_find found (at->found): one probe instead of two. */
+int chime__index_del_at(struct chime__index *ix, enum chime__index_table t,
+                        const struct chime__ikey *k, const struct chime__islot *at);
+int chime__index_del(struct chime__index *ix, enum chime__index_table t,
+                     const struct chime__ikey *k);
+
+/*
+ * Rebuilding (open, one thread, no lock needed): apply records in any order. A key keeps its
+ * greatest version, live or ended, so a version ended and then met again cannot come back.
+ */
+struct chime__rebuild_op {
+    struct chime__ikey k;
+    uint64_t version, due;
+    uint8_t table; /* enum chime__index_table */
+    uint8_t kill;  /* 1: the version ended */
+};
+/* Room for about n keys per table, so that a rebuild does not grow (rehash) its tables as it goes. */
+int chime__index_presize(struct chime__index *ix, uint64_t n);
+/* Apply ops in their order. Their slots are fetched ahead, a batch at a time: a rebuild is a cache
+ * miss per record otherwise. Return: 0 or an error as chime__index_set. */
+int chime__index_rebuild(struct chime__index *ix, const struct chime__rebuild_op *ops, size_t n);
+/* Drop what ended (unless it is under a quarter of a table: an ended entry reads as absent, and a
+ * later put of its key takes its slot), and move the large tables into their files (during a rebuild the process holds
+ * every table: up to the whole index). Return: 0 or an error as chime__index_set. */
+int chime__index_rebuild_done(struct chime__index *ix);
+
+/* Live entries in table t (exact when no call runs). Any thread. */
+uint64_t chime__index_count(const struct chime__index *ix, enum chime__index_table t);
+
+/* Tests: tables larger than `bytes` go into files (512 KiB otherwise), before any is made. */
+void chime__index_set_memory_max(struct chime__index *ix, uint64_t bytes);
+
+/* Bytes of the tables, in memory and in files. */
+uint64_t chime__index_bytes(const struct chime__index *ix);
+
+#endif /* CHIME_STORE_INDEX_H */

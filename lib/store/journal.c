@@ -1,0 +1,475 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The embedded journal: the backend operations (backend.h) over the log, the runs and the key index
+ * (journal.h explains the pieces and their invariants).
+ *
+ * Each change to a key is one record, appended with the key's index stripe locked (J2): a put that
+ * replaces a pending timer names it in the same record (kill_version), so there is no instant, on
+ * disk or after a crash, at which a key has two pending timers or a replaced one lost its successor.
+ * With CHIME_SYNC_EACH the caller then waits for the group commit, with the stripe unlocked.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/io.h"
+#include "store/journal.h"
+#include "store/merge.h"
+
+static int sync_each(const struct chime__backend *j)
+{
+    return j->cfg->sync != CHIME_SYNC_INTERVAL;
+}
+
+static int j_wait(struct chime__backend *j, uint64_t ticket)
+{
+    return ticket ? chime__wal_wait(j->wal, ticket) : 0; /* a ticket is the record's end LSN */
+}
+
+/* An index error (reading or writing a table's file, growing a table): the index and the log could
+ * disagree from here on, so the journal fails (as for a failed write of the log). */
+static int index_failed(struct chime__backend *j, int err)
+{
+    if (err)
+        chime__journal_fail(j, err);
+    return err;
+}
+
+/* Look k up in table t. Return: 1 found, 0 not, or an error (the journal has failed). */
+static int lookup(struct chime__backend *j, enum chime__index_table t, const struct chime__ikey *k,
+                  uint64_t *version, uint64_t *due)
+{
+    int found = chime__index_get(j->ix, t, k, version, due);
+    return found < 0 ? index_failed(j, found) : found;
+}
+
+static int j_put(struct chime__backend *j, const struct chime__put *p, struct chime__put_result *res,
+                 uint64_t *ticket)
+{
+    int err = p->if_version ? 0 : chime__journal_throttle(j); /* a retry is not held back */
+    if (err)
+        return err;
+    struct chime__ikey k;
+    struct chime__islot at = { 0, 0, 0, 0, 0 };
+    chime__index_key(j->ix, p->key, p->key_len, &k);
+    chime__index_lock(j->ix, &k);
+    uint64_t lsn = 0;
+    err = chime__journal_error(j);
+    if (!err) /* grow the table first, if it must: once the record is in the log, nothing may fail */
+        err = index_failed(j, chime__index_reserve(j->ix, CHIME__IX_PENDING, &k));
+    if (!err) /* one probe: the slot found is the one written after the append */
+        err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &at));
+    uint64_t old = at.version;
+    if (!err && p->if_version && (!at.found || old != p->if_version))
+        err = -ESTALE;
+    struct chime__rec r = { .type = CHIME__PUT, .key_len = (uint16_t)p->key_len, .key = p->key,
+                            .payload_len = (uint32_t)p->payload_len, .payload = p->payload,
+                            .due = p->due_ns, .attempt = p->attempt,
+                            .kill_version = at.found ? old : 0, .kill_due = at.found ? at.due : 0 };
+    if (!err)
+        err = chime__wal_append(j->wal, &r, 1, &lsn);
+    if (!err)
+        err = index_failed(j, chime__index_write(j->ix, CHIME__IX_PENDING, &k, &at, r.version,
+                                                 p->due_ns));
+    chime__index_unlock(j->ix, &k);
+    if (err)
+        return err;
+    *res = (struct chime__put_result){ .ref = { r.version, 0 },
+                                       .replaced = { at.found ? old : 0, 0 }, .owned = 1 };
+    *ticket = lsn;
+    return 0;
+}
+
+static int j_cancel(struct chime__backend *j, const void *key, size_t key_len, uint64_t firing,
+                    struct chime__ref *victim, uint64_t *ticket)
+{
+    int err = chime__journal_throttle(j);
+    if (err)
+        return err;
+    struct chime__ikey k;
+    chime__index_key(j->ix, key, key_len, &k);
+    chime__index_lock(j->ix, &k);
+    uint64_t v = 0, due = 0, lsn = 0;
+    err = chime__journal_error(j);
+    if (!err)
+        err = lookup(j, CHIME__IX_PENDING, &k, &v, &due);
+    err = err == 0 ? -ENOENT : err < 0 ? err : 0;
+    if (!err && firing && v == firing)
+        err = -EINPROGRESS; /* its firing has begun: the logic holds it (backend.h, cancel) */
+    struct chime__rec r = { .type = CHIME__KILL, .key_len = (uint16_t)key_len, .key = key,
+                            .version = v, .due = due };
+    if (!err)
+        err = chime__wal_append(j->wal, &r, 1, &lsn);
+    if (!err)
+        err = index_failed(j, chime__index_del(j->ix, CHIME__IX_PENDING, &k));
+    chime__index_unlock(j->ix, &k);
+    if (err)
+        return err;
+    *victim = (struct chime__ref){ v, 0 };
+    *ticket = lsn;
+    return 0;
+}
+
+static int j_fire(struct chime__backend *j, struct chime__firing *f, size_t n)
+{
+    /* The logic fires only versions it holds, and nobody else changes them meanwhile: every status
+     * is 0. A cancel of a version whose firing began is refused because the logic names it (the
+     * `firing` argument of cancel), so the index needs no mark of its own. */
+    struct chime__rec stack[64], *recs = n <= 64 ? stack : malloc(n * sizeof *recs);
+    if (!recs)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        recs[i] = (struct chime__rec){ .type = CHIME__FIRE, .key_len = (uint16_t)f[i].key_len,
+                                       .key = f[i].key, .version = f[i].ref.version,
+                                       .due = f[i].due_ns, .attempt = f[i].attempt };
+        f[i].status = 0;
+    }
+    uint64_t lsn = 0;
+    int err = chime__journal_error(j);
+    if (!err)
+        err = chime__wal_append(j->wal, recs, n, &lsn);
+    if (recs != stack)
+        free(recs);
+    return err ? err : chime__wal_wait(j->wal, lsn); /* D2: durable before any handler starts */
+}
+
+static int j_ack(struct chime__backend *j, const void *key, size_t key_len,
+                 const struct chime__ref *ref)
+{
+    struct chime__ikey k;
+    struct chime__islot at;
+    chime__index_key(j->ix, key, key_len, &k);
+    chime__index_lock(j->ix, &k);
+    uint64_t lsn;
+    int err = chime__journal_error(j);
+    if (!err)
+        err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &at));
+    if (!err && at.found && at.version == ref->version) { /* else a put replaced it: nothing */
+        struct chime__rec r = { .type = CHIME__KILL, .key_len = (uint16_t)key_len, .key = key,
+                                .version = ref->version, .due = at.due };
+        err = chime__wal_append(j->wal, &r, 1, &lsn);
+        if (!err)
+            err = index_failed(j, chime__index_del_at(j->ix, CHIME__IX_PENDING, &k, &at));
+    }
+    chime__index_unlock(j->ix, &k);
+    return err; /* D3: not waited for */
+}
+
+static int j_bury(struct chime__backend *j, const struct chime__timer *t)
+{
+    struct chime__ikey k;
+    chime__index_key(j->ix, t->key, t->key_len, &k);
+    chime__index_lock(j->ix, &k);
+    uint64_t v = 0, due = 0, dead = 0, unused, lsn;
+    int err = chime__journal_error(j);
+    int found = err ? 0 : lookup(j, CHIME__IX_PENDING, &k, &v, &due), had = 0;
+    if (found < 0)
+        err = found;
+    if (found > 0 && v == t->ref.version) {
+        v = t->ref.version;
+        had = lookup(j, CHIME__IX_DEAD, &k, &dead, &unused);
+        err = had < 0 ? had : index_failed(j, chime__index_reserve(j->ix, CHIME__IX_DEAD, &k));
+        struct chime__rec r = { .type = CHIME__DEAD, .key_len = (uint16_t)t->key_len,
+                                .key = t->key, .payload_len = (uint32_t)t->payload_len,
+                                .payload = t->payload, .due = t->due_ns, .attempt = t->attempt,
+                                .kill_version = v, .kill_due = due,
+                                .kill_dead = had > 0 ? dead : 0 };
+        if (!err)
+            err = chime__wal_append(j->wal, &r, 1, &lsn);
+        if (!err)
+            err = index_failed(j, chime__index_del(j->ix, CHIME__IX_PENDING, &k));
+        if (!err)
+            err = index_failed(j, chime__index_set(j->ix, CHIME__IX_DEAD, &k, r.version, 0));
+    }
+    chime__index_unlock(j->ix, &k);
+    return err; /* D3: not waited for */
+}
+
+/* The live records a load or listing hands over, as timers. */
+struct handover {
+    chime__timer_fn *fn;
+    void *ctx;
+    uint64_t version; /* find_dead: the one wanted */
+    unsigned char *payload;
+    size_t payload_len;
+    uint32_t attempt;
+    uint64_t due;
+};
+
+static int hand_over(void *ctx, const struct chime__rec *r)
+{
+    struct handover *h = ctx;
+    struct chime__timer t = { .key = r->key, .key_len = r->key_len, .payload = r->payload,
+                              .payload_len = r->payload_len, .due_ns = r->due,
+                              .attempt = r->attempt, .ref = { r->version, 0 } };
+    return h->fn(h->ctx, &t);
+}
+
+/* Merge, collapsed to live records, the pending timers due in [from, until) of every run, or
+ * (dead) the dead letters, into emit. */
+static int read_runs(struct chime__backend *j, int dead, uint64_t from, uint64_t until,
+                     chime__emit_fn *emit, void *ctx)
+{
+    struct chime__run **runs;
+    size_t n;
+    int err = chime__journal_runs(j, &runs, &n);
+    if (err)
+        return err;
+    struct chime__run_source *srcs = calloc(n ? n : 1, sizeof *srcs);
+    struct chime__source **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    size_t opened = 0;
+    err = srcs && ptrs ? 0 : -ENOMEM;
+    for (; !err && opened < n; opened++) {
+        err = dead ? chime__run_source_dead(&srcs[opened], runs[opened])
+                   : chime__run_source_pending(&srcs[opened], runs[opened], from, until);
+        ptrs[opened] = &srcs[opened].base;
+    }
+    if (err && opened)
+        opened--;
+    if (!err) {
+        struct chime__collapse c;
+        chime__collapse_init(&c, CHIME__KEEP_LIVE, 1, emit, ctx);
+        err = chime__merge(ptrs, n, &c);
+        chime__collapse_free(&c);
+    }
+    for (size_t i = 0; i < opened; i++)
+        chime__run_source_free(&srcs[i]);
+    free(srcs);
+    free(ptrs);
+    chime__journal_runs_release(runs, n);
+    return err;
+}
+
+static int j_load(struct chime__backend *j, uint64_t from, uint64_t until, chime__timer_fn *fn,
+                  void *ctx)
+{
+    int err = chime__journal_flush_all(j); /* every record appended so far is in a run now */
+    if (err)
+        return err;
+    struct handover h = { .fn = fn, .ctx = ctx };
+    return read_runs(j, 0, from, until, hand_over, &h);
+}
+
+static int j_dead_list(struct chime__backend *j, chime__timer_fn *fn, void *ctx)
+{
+    int err = chime__journal_flush_all(j);
+    if (err)
+        return err;
+    struct handover h = { .fn = fn, .ctx = ctx };
+    return read_runs(j, 1, 0, 0, hand_over, &h);
+}
+
+/* Keep a copy of the dead letter whose version h->version is. */
+static int find_dead(void *ctx, const struct chime__rec *r)
+{
+    struct handover *h = ctx;
+    if (r->version != h->version)
+        return 0;
+    h->payload = malloc(r->payload_len);
+    if (!h->payload)
+        return -ENOMEM;
+    memcpy(h->payload, r->payload, r->payload_len);
+    h->payload_len = r->payload_len;
+    h->attempt = r->attempt;
+    return 1; /* found: stop */
+}
+
+static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_len,
+                          uint64_t due_ns, struct chime__put_result *res, chime__timer_fn *fn,
+                          void *ctx, uint64_t *ticket)
+{
+    struct chime__ikey k;
+    chime__index_key(j->ix, key, key_len, &k);
+    uint64_t dead = 0, unused, lsn = 0, old = 0, old_due = 0;
+    chime__index_lock(j->ix, &k);
+    int err = chime__journal_error(j);
+    int had = err ? 0 : lookup(j, CHIME__IX_DEAD, &k, &dead, &unused);
+    chime__index_unlock(j->ix, &k);
+    if (err || had < 0)
+        return err ? err : had;
+    if (!had)
+        return -ENOENT;
+    /* Read its payload from the runs (unlocked: the logic serialises calls for this key, so the dead
+     * letter cannot change meanwhile). */
+    struct handover h = { .version = dead };
+    err = chime__journal_flush_all(j);
+    if (!err)
+        err = read_runs(j, 1, 0, 0, find_dead, &h);
+    if (err == 1)
+        err = 0;
+    else if (!err)
+        err = -EBADMSG; /* the index names a dead letter the journal does not hold */
+
+    chime__index_lock(j->ix, &k);
+    int found = 0;
+    if (!err)
+        err = chime__journal_error(j);
+    if (!err)
+        err = found = lookup(j, CHIME__IX_PENDING, &k, &old, &old_due);
+    if (err > 0)
+        err = 0;
+    if (!err)
+        err = index_failed(j, chime__index_reserve(j->ix, CHIME__IX_PENDING, &k));
+    struct chime__rec r = { .type = CHIME__PUT, .key_len = (uint16_t)key_len, .key = key,
+                            .payload_len = (uint32_t)h.payload_len, .payload = h.payload,
+                            .due = due_ns, .kill_version = found ? old : 0,
+                            .kill_due = found ? old_due : 0, .kill_dead = dead };
+    if (!err)
+        err = chime__wal_append(j->wal, &r, 1, &lsn);
+    if (!err)
+        err = index_failed(j, chime__index_set(j->ix, CHIME__IX_PENDING, &k, r.version, due_ns));
+    if (!err)
+        err = index_failed(j, chime__index_del(j->ix, CHIME__IX_DEAD, &k));
+    chime__index_unlock(j->ix, &k);
+    if (!err) {
+        *res = (struct chime__put_result){ .ref = { r.version, 0 },
+                                           .replaced = { found ? old : 0, 0 }, .owned = 1 };
+        struct chime__timer t = { .key = key, .key_len = key_len, .payload = h.payload,
+                                  .payload_len = h.payload_len, .due_ns = due_ns,
+                                  .ref = res->ref };
+        fn(ctx, &t);
+        *ticket = lsn;
+    }
+    free(h.payload);
+    return err;
+}
+
+static int j_dead_drop(struct chime__backend *j, const void *key, size_t key_len,
+                       uint64_t *ticket)
+{
+    struct chime__ikey k;
+    chime__index_key(j->ix, key, key_len, &k);
+    chime__index_lock(j->ix, &k);
+    uint64_t v = 0, unused, lsn = 0;
+    int err = chime__journal_error(j);
+    if (!err)
+        err = lookup(j, CHIME__IX_DEAD, &k, &v, &unused);
+    err = err == 0 ? -ENOENT : err < 0 ? err : 0;
+    struct chime__rec r = { .type = CHIME__KILL, .flags = CHIME__KILL_DEAD,
+                            .key_len = (uint16_t)key_len, .key = key, .version = v };
+    if (!err)
+        err = chime__wal_append(j->wal, &r, 1, &lsn);
+    if (!err)
+        err = index_failed(j, chime__index_del(j->ix, CHIME__IX_DEAD, &k));
+    chime__index_unlock(j->ix, &k);
+    *ticket = lsn;
+    return err;
+}
+
+static int j_sync(struct chime__backend *j)
+{
+    int err = chime__journal_error(j);
+    return err ? err : chime__wal_sync(j->wal);
+}
+
+static void j_stats(struct chime__backend *j, struct chime__backend_stats *out)
+{
+    out->pending = chime__index_count(j->ix, CHIME__IX_PENDING);
+    out->dead = chime__index_count(j->ix, CHIME__IX_DEAD);
+    out->bytes = chime__io_dir_bytes(j->dir);
+}
+
+static void wal_failed(void *ctx, int err)
+{
+    chime__journal_fail(ctx, err);
+}
+
+static void free_journal(struct chime__backend *j)
+{
+    for (size_t i = 0; i < j->nruns; i++)
+        chime__run_unref(j->runs[i]);
+    free(j->runs);
+    free(j->used);
+    chime__index_free(j->ix);
+    if (j->lock_fd >= 0)
+        chime__io_close(j->lock_fd); /* releases the flock */
+    if (j->dir >= 0)
+        chime__io_close(j->dir);
+    pthread_cond_destroy(&j->work);
+    pthread_cond_destroy(&j->done);
+    pthread_mutex_destroy(&j->lock);
+    pthread_mutex_destroy(&j->runs_lock);
+    free(j);
+}
+
+static int j_open(struct chime__backend **out, const struct chime_store_config *cfg,
+                  const struct chime__sink *sink)
+{
+    struct chime__backend *j = calloc(1, sizeof *j);
+    if (!j)
+        return -ENOMEM;
+    j->cfg = cfg;
+    j->sink = *sink;
+    j->dir = j->lock_fd = -1;
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_mutex_init(&j->runs_lock, NULL);
+    pthread_cond_init(&j->work, NULL);
+    pthread_cond_init(&j->done, NULL);
+    atomic_init(&j->flushes, 0);
+    atomic_init(&j->backlog, 0);
+    atomic_init(&j->merges, 0);
+
+    int err = chime__io_mkdir(cfg->path);
+    if (!err) {
+        j->dir = chime__io_open_dir(cfg->path);
+        err = j->dir < 0 ? j->dir : 0;
+    }
+    if (!err) {
+        j->lock_fd = chime__io_openat(j->dir, "LOCK", O_CREAT | O_RDWR, 0644);
+        err = j->lock_fd < 0 ? j->lock_fd : chime__io_lock(j->lock_fd);
+    }
+    if (!err)
+        err = chime__index_open(&j->ix, j->dir);
+    uint64_t first_segment = 1, next_version = 1;
+    if (!err)
+        err = chime__journal_replay(j, &first_segment, &next_version);
+    if (!err) {
+        j->sealed = j->flushed = first_segment - 1;
+        struct chime__wal_config wc = {
+            .dir = j->dir, .segment = first_segment, .next_version = next_version,
+            .sync_each = sync_each(j), .interval_ns = cfg->sync_interval_ns,
+            .segment_bytes = 0, .sealed = chime__journal_sealed, .failed = wal_failed, .ctx = j };
+        err = chime__wal_open(&j->wal, &wc);
+    }
+    if (!err) {
+        err = chime__journal_start_flusher(j);
+        if (err)
+            chime__wal_close(j->wal);
+    }
+    if (err) { /* replay leaves the directory consistent wherever it stopped: nothing to undo */
+        free_journal(j);
+        return err;
+    }
+    *out = j;
+    return 0;
+}
+
+static int j_close(struct chime__backend *j)
+{
+    chime__journal_stop_flusher(j); /* first: it calls into the log */
+    int err = chime__wal_close(j->wal); /* commits what was appended, stops the writer */
+    if (!err)
+        err = j->error;
+    free_journal(j);
+    return err;
+}
+
+const struct chime__backend_ops chime__journal_ops = {
+    .name = "journal",
+    .open = j_open,
+    .put = j_put,
+    .cancel = j_cancel,
+    .wait = j_wait,
+    .fire = j_fire,
+    .ack = j_ack,
+    .bury = j_bury,
+    .load = j_load,
+    .dead_list = j_dead_list,
+    .dead_requeue = j_dead_requeue,
+    .dead_drop = j_dead_drop,
+    .sync = j_sync,
+    .fence_valid = NULL,
+    .stats = j_stats,
+    .close = j_close,
+};

@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Opening and closing a store, and the backend's calls into it (the sink).
+ *
+ * OPEN: the config gets its defaults, the backend locks and recovers the journal, the runtime starts,
+ * the dispatcher starts, everything due within the horizon is loaded (what is overdue fires at once, as
+ * the rate limit lets it), and the keeper starts watching the clock.
+ *
+ * CLOSE, in the order that keeps every pointer valid: no new calls (-ESHUTDOWN); the keeper stops
+ * (no more loads); the dispatcher stops (no new handler starts, but the batch whose firings it
+ * recorded is handed out); close waits for the running handlers to return and record their outcome;
+ * the runtime stops (timers not yet due stay recorded); the backend makes everything durable; the
+ * table is freed.
+ */
+#define _GNU_SOURCE /* pthread_condattr_setclock */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "store/lock.h"
+#include "store/store.h"
+
+#define DEFAULT_INTERVAL_NS UINT64_C(1000000)             /* 1 ms */
+#define DEFAULT_HORIZON_NS (UINT64_C(3600) * 1000000000u) /* 1 hour */
+#define MIN_HORIZON_NS UINT64_C(1000000000)               /* 1 s */
+#define DEFAULT_ATTEMPTS 10
+
+static uint64_t (*test_clock)(void);
+
+void chime__store_set_clock(uint64_t (*now)(void))
+{
+    test_clock = now; /* tests set it before opening a store, from the thread that opens it */
+}
+
+/* ---- the sink: the backend's calls into the logic ---- */
+
+static void sink_arm(void *ctx, const struct chime__timer *t)
+{
+    struct chime_store *s = ctx;
+    uint64_t hash = chime__store_hash(s, t->key, t->key_len);
+    struct hot_stripe *st = chime__store_stripe(s, hash);
+    pthread_mutex_lock(&st->lock);
+    int loading;
+    if (t->due_ns < chime__store_limit(s, &loading))
+        chime__store_install(s, st, hash, t, 0);
+    pthread_mutex_unlock(&st->lock);
+}
+
+static void sink_revoke(void *ctx)
+{
+    struct chime_store *s = ctx;
+    if (!s->ops->fence_valid)
+        return;
+    for (int i = 0; i < HOT_STRIPES; i++) {
+        struct hot_stripe *st = &s->stripes[i];
+        pthread_mutex_lock(&st->lock);
+        for (size_t b = 0; b < st->nbuckets; b++)
+            for (struct hot *e = st->buckets[b], *next; e; e = next) {
+                next = e->next;
+                if (e->state != HOT_FIRING && e->state != HOT_RUNNING &&
+                    !s->ops->fence_valid(s->b, e->ref.fence))
+                    chime__store_drop(s, st, e);
+            }
+        pthread_mutex_unlock(&st->lock);
+    }
+}
+
+static void sink_failed(void *ctx, int err)
+{
+    chime__store_fail(ctx, err);
+}
+
+/* ---- open ---- */
+
+static int normalise(struct chime_store_config *c, const struct chime_store_config *in)
+{
+    *c = *in;
+    if (c->sync == 0)
+        c->sync = CHIME_SYNC_EACH;
+    if (c->sync != CHIME_SYNC_EACH && c->sync != CHIME_SYNC_INTERVAL)
+        return -EINVAL;
+    if (!c->sync_interval_ns)
+        c->sync_interval_ns = DEFAULT_INTERVAL_NS;
+    if (!c->horizon_ns)
+        c->horizon_ns = DEFAULT_HORIZON_NS;
+    if (c->horizon_ns < MIN_HORIZON_NS)
+        c->horizon_ns = MIN_HORIZON_NS;
+    if (!c->max_attempts)
+        c->max_attempts = DEFAULT_ATTEMPTS;
+    c->runtime.max_pending = 0; /* a full runtime would leave durable timers unarmed */
+    size_t n = strlen(in->path) + 1;
+    char *path = malloc(n);
+    if (!path)
+        return -ENOMEM;
+    memcpy(path, in->path, n);
+    c->path = path;
+    return 0;
+}
+
+static void free_table(struct chime_store *s)
+{
+    for (int i = 0; i < HOT_STRIPES; i++) {
+        struct hot_stripe *st = &s->stripes[i];
+        for (size_t b = 0; b < st->nbuckets; b++)
+            for (struct hot *e = st->buckets[b], *next; e; e = next) {
+                next = e->next;
+                free(e);
+            }
+        free(st->buckets);
+        pthread_mutex_destroy(&st->lock);
+    }
+}
+
+static void free_store(struct chime_store *s)
+{
+    free_table(s);
+    pthread_mutex_destroy(&s->load_lock);
+    pthread_cond_destroy(&s->keeper_cond);
+    pthread_mutex_destroy(&s->dlock);
+    pthread_cond_destroy(&s->dwork);
+    pthread_cond_destroy(&s->didle);
+    free((char *)s->cfg.path);
+    free(s);
+}
+
+/* The runtime's on_unfired at close: an entry the table no longer holds is freed here; the others
+ * go with the table. */
+static void unfired(void *arg)
+{
+    struct hot *e = arg;
+    if (e->detached)
+        free(e);
+}
+
+CHIME_API int chime_store_open(chime_store **out, const struct chime_store_config *cfg,
+                               chime_handler *handler, void *ctx)
+{
+    if (!out || !cfg || !cfg->path || !handler)
+        return -EINVAL;
+    struct chime_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    int err = normalise(&s->cfg, cfg);
+    if (err) {
+        free(s);
+        return err;
+    }
+    s->handler = handler;
+    s->ctx = ctx;
+    s->wall = test_clock ? test_clock : chime__store_wall;
+    s->event_fd = s->clock_fd = -1;
+    uint64_t key[2] = { 0, 0 };
+    if (getrandom(key, sizeof key, 0) != (ssize_t)sizeof key)
+        key[0] = (uint64_t)(uintptr_t)s ^ chime__store_wall();
+    s->hash_k0 = key[0];
+    s->hash_k1 = key[1];
+    pthread_mutex_init(&s->load_lock, NULL);
+    pthread_cond_init(&s->keeper_cond, NULL);
+    pthread_mutex_init(&s->dlock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the rate limit's waits ignore clock steps */
+    pthread_cond_init(&s->dwork, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_cond_init(&s->didle, NULL);
+    for (int i = 0; i < HOT_STRIPES; i++) {
+        chime__short_lock_init(&s->stripes[i].lock);
+        s->stripes[i].nbuckets = 16;
+        s->stripes[i].buckets = calloc(16, sizeof(struct hot *));
+        if (!s->stripes[i].buckets)
+            err = -ENOMEM;
+    }
+    s->sink = (struct chime__sink){ s, sink_arm, sink_revoke, sink_failed };
+    s->ops = chime__backend_for(&s->cfg);
+    if (!err) { /* first: a second opener fails on the directory's lock before any thread starts */
+        err = s->ops->open(&s->b, &s->cfg, &s->sink);
+        if (err)
+            s->b = NULL;
+    }
+    if (!err)
+        err = chime_timer_new(&s->rt, &s->cfg.runtime);
+    if (!err)
+        err = chime__store_start_dispatcher(s);
+    if (!err)
+        err = chime__store_first_load(s);
+    if (!err)
+        err = chime__store_start_keeper(s);
+    if (err) {
+        atomic_store_explicit(&s->closing, 1, memory_order_release);
+        chime__store_stop_keeper(s);
+        chime__store_stop_dispatcher(s);
+        if (s->rt)
+            chime_timer_stop(s->rt, CHIME_STOP_NOW, unfired);
+        if (s->b)
+            s->ops->close(s->b);
+        chime_timer_free(s->rt);
+        free_store(s);
+        return err;
+    }
+    *out = s;
+    return 0;
+}
+
+/* ---- close ---- */
+
+CHIME_API int chime_store_close(chime_store *s)
+{
+    if (!s)
+        return -EINVAL;
+    if (chime__store_in_handler(s))
+        return -EDEADLK;
+    /* release: a call that sees closing also sees everything before it (pairs with usable()) */
+    atomic_store_explicit(&s->closing, 1, memory_order_release);
+    chime__store_stop_keeper(s);
+    chime__store_stop_dispatcher(s); /* also waits until no handler runs */
+    chime_timer_stop(s->rt, CHIME_STOP_NOW, unfired);
+    /* What reached the dispatcher's queue after it stopped: the table holds all but detached ones. */
+    for (struct hot *e = s->qhead, *next; e; e = next) {
+        next = e->qnext;
+        if (e->detached)
+            free(e);
+    }
+    int err = s->ops->close(s->b);
+    int sticky = atomic_load_explicit(&s->error, memory_order_relaxed);
+    chime_timer_free(s->rt);
+    free_store(s);
+    return sticky ? sticky : err;
+}

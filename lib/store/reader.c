@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: MIT */
+/* Buffered, checked reading of a journal file's records (reader.h). */
+#include "store/reader.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/io.h"
+
+#define READ_CHUNK (128u << 10) /* bytes per read; also room for the largest record */
+
+int chime__reader_init(struct chime__reader *r, int fd, uint64_t off, uint64_t end)
+{
+    _Static_assert(READ_CHUNK >= CHIME__REC_MAX + 8, "a buffer must hold the largest record");
+    *r = (struct chime__reader){ .fd = fd, .off = off, .end = end, .cap = READ_CHUNK };
+    r->buf = malloc(r->cap);
+    return r->buf ? 0 : -ENOMEM;
+}
+
+void chime__reader_free(struct chime__reader *r)
+{
+    free(r->buf);
+    r->buf = NULL;
+}
+
+/* Make at least `want` bytes available from r->off, if the range has them. Return: bytes available
+ * (maybe fewer than want), or a negative errno. */
+static ssize_t fill_to(struct chime__reader *r, size_t want)
+{
+    size_t have = r->fill - r->start;
+    if (have >= want)
+        return (ssize_t)have;
+    memmove(r->buf, r->buf + r->start, have);
+    r->start = 0;
+    r->fill = have;
+    uint64_t from = r->off + have;
+    size_t room = r->cap - have;
+    if (from >= r->end)
+        return (ssize_t)have;
+    if (room > r->end - from)
+        room = (size_t)(r->end - from);
+    ssize_t got = chime__io_pread(r->fd, r->buf + have, room, from);
+    if (got < 0)
+        return got;
+    r->fill += (size_t)got;
+    return (ssize_t)r->fill;
+}
+
+int chime__reader_next(struct chime__reader *r, struct chime__rec *rec)
+{
+    if (r->off >= r->end)
+        return 0;
+    ssize_t have = fill_to(r, CHIME__REC_HEADER);
+    if (have < 0)
+        return (int)have;
+    uint32_t len = 0;
+    enum chime__decoded d = chime__rec_decode(r->buf + r->start, (size_t)have, rec, &len);
+    if (d == CHIME__REC_SHORT) {
+        have = fill_to(r, len);
+        if (have < 0)
+            return (int)have;
+        d = chime__rec_decode(r->buf + r->start, (size_t)have, rec, &len);
+        if (d == CHIME__REC_SHORT)
+            return -EBADMSG; /* the file ends inside the record: a cut write */
+    }
+    if (d == CHIME__REC_END) /* zeros, or fewer than 8 bytes before the end */
+        return 0;
+    if (d == CHIME__REC_BAD)
+        return -EBADMSG;
+    r->start += len;
+    r->off += len;
+    return 1;
+}
+
+int chime__file_open(int dir, const char *name, int *fd, uint64_t *size,
+                     struct chime__file_header *h)
+{
+    *fd = chime__io_openat(dir, name, O_RDONLY, 0);
+    if (*fd < 0)
+        return *fd;
+    unsigned char header[CHIME__FILE_HEADER];
+    int err = chime__io_size(*fd, size);
+    ssize_t got = err ? 0 : chime__io_pread(*fd, header, sizeof header, 0);
+    if (!err && got < 0)
+        err = (int)got;
+    if (!err && (got < (ssize_t)sizeof header || chime__header_decode(header, h)))
+        err = -EBADMSG;
+    if (err) {
+        chime__io_close(*fd);
+        *fd = -1;
+    }
+    return err;
+}

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Reading a journal file's records in order, through a buffer, with format.md's rules: a record is
+ * returned only if it is whole; the first one that is not ends the read, and the caller decides
+ * (by where the file sits in the journal) whether that is a torn tail or damage.
+ */
+#ifndef CHIME_STORE_READER_H
+#define CHIME_STORE_READER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/format.h"
+
+struct chime__reader {
+    int fd;
+    uint64_t off;        /* file offset of the next record */
+    uint64_t end;        /* no record is read at or beyond this offset */
+    unsigned char *buf;
+    size_t cap;
+    size_t start, fill;  /* buf[start, fill) holds the file's bytes from off on */
+};
+
+/* Open the journal file `name` in dir read-only and read its header. Return: 0, with *fd, *size and
+ * *h; -EBADMSG if the file is shorter than a header or the header is not whole; an I/O error. On
+ * error nothing stays open. */
+int chime__file_open(int dir, const char *name, int *fd, uint64_t *size,
+                     struct chime__file_header *h);
+
+/* Read fd's records from off (a record boundary) up to end. Return: 0; -ENOMEM. */
+int chime__reader_init(struct chime__reader *r, int fd, uint64_t off, uint64_t end);
+void chime__reader_free(struct chime__reader *r);
+
+/*
+ * The next record into *rec (its key and payload valid until the next call). r->off is then the
+ * offset just after it; on any other return it is the offset of what was found.
+ * Return: 1 a record; 0 the end (`end` reached, or zeros: nothing was written there); -EBADMSG the
+ *         bytes at r->off are not a whole record; -EIO or another negative errno if a read failed.
+ */
+int chime__reader_next(struct chime__reader *r, struct chime__rec *rec);
+
+#endif /* CHIME_STORE_READER_H */

@@ -1,0 +1,325 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Recovery at open: from whatever a crash left in the directory to J1 (journal.h), in four steps.
+ *
+ * 1. Sort out the files (format.md, "Files"). *.tmp files are dropped: a run not yet renamed. A run
+ *    whose range another run's contains is dropped: a merge's input that a crash left behind. The
+ *    other runs must not overlap. Segments a run covers are dropped: flushed, not yet deleted. The
+ *    remaining segments must follow the runs without a gap.
+ * 2. Read every run, oldest first, checking every record, and rebuild the key index from them.
+ * 3. Read the segments in order and rebuild the index from their records, up to the first one that
+ *    is not whole. If a later segment holds a whole record, that was damage: -EBADMSG, and nothing
+ *    has been changed on disk. Otherwise it is the torn tail: everything before it counts, it and
+ *    everything after it do not (format.md, "The reader's rules").
+ * 4. Flush every segment into a run, the torn one up to its last whole record, and delete it; the
+ *    newest ones that hold no whole record are just deleted, and the log starts afresh at the first
+ *    of their numbers (a restart of an idle store adds no file).
+ *
+ * The index is order-independent (index.h, rebuild), so step 3 may read segments after runs even
+ * where a run holds records older than a KILL in a segment. Versions restart above every version and
+ * every header's next_version seen.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/io.h"
+#include "store/journal.h"
+#include "store/reader.h"
+
+struct range {
+    uint64_t lo, hi;
+};
+
+struct listing {
+    struct chime__backend *j;
+    struct range *runs;
+    size_t nruns, cruns;
+    uint64_t *segs;
+    size_t nsegs, csegs;
+    int err;
+};
+
+static int grow(void **p, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 16;
+    void *g = realloc(*p, c * size);
+    if (!g)
+        return -ENOMEM;
+    *p = g;
+    *cap = c;
+    return 0;
+}
+
+static int list_one(void *ctx, const char *name)
+{
+    struct listing *l = ctx;
+    size_t len = strlen(name);
+    if (len > 4 && !strcmp(name + len - 4, ".tmp"))
+        return chime__io_unlinkat(l->j->dir, name);
+    uint64_t lo, hi;
+    switch (chime__parse_name(name, &lo, &hi)) {
+    case 1:
+        if (grow((void **)&l->segs, &l->csegs, l->nsegs, sizeof *l->segs))
+            return -ENOMEM;
+        l->segs[l->nsegs++] = lo;
+        return 0;
+    case 2:
+        if (lo > hi)
+            return -EBADMSG;
+        if (grow((void **)&l->runs, &l->cruns, l->nruns, sizeof *l->runs))
+            return -ENOMEM;
+        l->runs[l->nruns++] = (struct range){ lo, hi };
+        return 0;
+    default:
+        return 0; /* LOCK, or a file that is none of the journal's */
+    }
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+    const struct range *x = a, *y = b;
+    return x->lo != y->lo ? (x->lo < y->lo ? -1 : 1) : (x->hi > y->hi ? -1 : x->hi < y->hi);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Step 1. On return l->runs holds the live runs in order, l->segs the live segments. */
+static int sort_out(struct listing *l, int dir)
+{
+    int err = chime__io_list(dir, list_one, l);
+    if (err)
+        return err;
+    if (l->nruns)
+        qsort(l->runs, l->nruns, sizeof *l->runs, cmp_range);
+    size_t kept = 0;
+    for (size_t i = 0; i < l->nruns; i++) {
+        /* Sorted by lo, widest first: a run is contained in another iff in the last one kept. */
+        if (kept && l->runs[i].hi <= l->runs[kept - 1].hi) {
+            char name[CHIME__NAME_MAX];
+            chime__run_name(name, l->runs[i].lo, l->runs[i].hi);
+            err = chime__io_unlinkat(dir, name);
+            if (err)
+                return err;
+            continue;
+        }
+        if (kept && l->runs[i].lo <= l->runs[kept - 1].hi)
+            return -EBADMSG; /* overlapping runs: no crash leaves that */
+        l->runs[kept++] = l->runs[i];
+    }
+    l->nruns = kept;
+    uint64_t covered = kept ? l->runs[kept - 1].hi : 0;
+    if (l->nsegs)
+        qsort(l->segs, l->nsegs, sizeof *l->segs, cmp_u64);
+    kept = 0;
+    for (size_t i = 0; i < l->nsegs; i++) {
+        if (l->segs[i] <= covered) {
+            char name[CHIME__NAME_MAX];
+            chime__wal_name(name, l->segs[i]);
+            err = chime__io_unlinkat(dir, name);
+            if (err)
+                return err;
+            continue;
+        }
+        l->segs[kept++] = l->segs[i];
+    }
+    l->nsegs = kept;
+    for (size_t i = 0; i < kept; i++) {
+        uint64_t want = i ? l->segs[i - 1] + 1 : covered + 1;
+        if (l->segs[i] != want && (i || covered))
+            return -EBADMSG; /* a segment is missing: its records are lost */
+    }
+    return chime__io_fsync(dir);
+}
+
+#define REBUILD_BATCH 64 /* index operations prefetched together (index.h) */
+
+struct rebuild {
+    struct chime__backend *j;
+    uint64_t next_version;
+    struct chime__rebuild_op ops[REBUILD_BATCH];
+    size_t n;
+};
+
+static int rebuild_flush(struct rebuild *rb)
+{
+    int err = chime__index_rebuild(rb->j->ix, rb->ops, rb->n);
+    rb->n = 0;
+    return err;
+}
+
+static int rebuild_one(void *ctx, const struct chime__rec *r)
+{
+    struct rebuild *rb = ctx;
+    struct chime__index *ix = rb->j->ix;
+    if (r->version >= rb->next_version)
+        rb->next_version = r->version + 1;
+    struct chime__rec flat[3];
+    int n = chime__rec_flatten(r, flat);
+    for (int i = 0; i < n; i++) {
+        if (flat[i].type == CHIME__FIRE)
+            continue; /* a FIRE changes no key's version */
+        struct chime__rebuild_op *op = &rb->ops[rb->n++];
+        chime__index_key(ix, flat[i].key, flat[i].key_len, &op->k);
+        op->version = flat[i].version;
+        op->due = flat[i].due;
+        op->kill = flat[i].type == CHIME__KILL;
+        op->table = flat[i].type == CHIME__DEAD || (flat[i].flags & CHIME__KILL_DEAD)
+                        ? CHIME__IX_DEAD
+                        : CHIME__IX_PENDING;
+        if (op->table == CHIME__IX_DEAD)
+            op->due = 0;
+    }
+    return rb->n > REBUILD_BATCH - 3 ? rebuild_flush(rb) : 0;
+}
+
+/* Step 3 for one segment: rebuild from its whole records. *valid receives the offset after the last
+ * whole record and *torn whether something not whole followed it. */
+static int scan_segment(int dir, uint64_t number, struct rebuild *rb, uint64_t *valid, int *torn)
+{
+    char name[CHIME__NAME_MAX];
+    chime__wal_name(name, number);
+    *valid = 0;
+    *torn = 1;
+    int fd;
+    uint64_t size = 0;
+    struct chime__file_header h;
+    int err = chime__file_open(dir, name, &fd, &size, &h);
+    if (err == -EBADMSG || (!err && (h.run || h.lo != number))) {
+        if (!err)
+            chime__io_close(fd);
+        return 0; /* a header not whole: a creation a crash cut (torn, nothing valid) */
+    }
+    if (err)
+        return err;
+    if (h.next_version > rb->next_version)
+        rb->next_version = h.next_version;
+    struct chime__reader rd;
+    err = chime__reader_init(&rd, fd, CHIME__FILE_HEADER, size);
+    struct chime__rec r;
+    while (!err) {
+        int n = chime__reader_next(&rd, &r);
+        if (n == 1) {
+            err = rebuild_one(rb, &r);
+            continue;
+        }
+        if (n == 0)
+            *torn = 0;
+        else if (n != -EBADMSG)
+            err = n;
+        break;
+    }
+    *valid = rd.off;
+    chime__reader_free(&rd);
+    chime__io_close(fd);
+    return err;
+}
+
+/* Whether segment `number` holds a whole record (its first one: records follow the header). */
+static int holds_record(int dir, uint64_t number)
+{
+    char name[CHIME__NAME_MAX];
+    chime__wal_name(name, number);
+    int fd = chime__io_openat(dir, name, O_RDONLY, 0);
+    if (fd < 0)
+        return 0;
+    uint64_t size = 0;
+    struct chime__reader rd;
+    struct chime__rec r;
+    int found = 0;
+    if (!chime__io_size(fd, &size) && !chime__reader_init(&rd, fd, CHIME__FILE_HEADER, size)) {
+        found = chime__reader_next(&rd, &r) == 1;
+        chime__reader_free(&rd);
+    }
+    chime__io_close(fd);
+    return found;
+}
+
+static int add_run(struct chime__backend *j, struct chime__run *r)
+{
+    if (grow((void **)&j->runs, &j->cruns, j->nruns, sizeof *j->runs))
+        return -ENOMEM;
+    j->runs[j->nruns++] = r;
+    return 0;
+}
+
+int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
+                          uint64_t *next_version)
+{
+    struct listing l = { .j = j };
+    struct rebuild rb = { .j = j, .next_version = 1 };
+    uint64_t *valid = NULL;
+    int err = sort_out(&l, j->dir);
+
+    if (!err) /* at most a key per 144 bytes of journal: the tables need not grow as they fill */
+        err = chime__index_presize(j->ix, chime__io_dir_bytes(j->dir) / 144);
+    for (size_t i = 0; !err && i < l.nruns; i++) { /* step 2 */
+        char name[CHIME__NAME_MAX];
+        chime__run_name(name, l.runs[i].lo, l.runs[i].hi);
+        struct chime__run *r;
+        uint64_t bad_off;
+        err = chime__run_open(j->dir, name, &r, &bad_off, rebuild_one, &rb);
+        if (!err) {
+            if (r->next_version > rb.next_version)
+                rb.next_version = r->next_version;
+            err = add_run(j, r);
+            if (err)
+                chime__run_unref(r);
+        }
+    }
+
+    size_t usable = l.nsegs; /* step 3: segments before the torn one, and the torn one */
+    if (!err && l.nsegs && !(valid = calloc(l.nsegs, sizeof *valid)))
+        err = -ENOMEM;
+    for (size_t i = 0; !err && i < l.nsegs; i++) {
+        int torn;
+        err = scan_segment(j->dir, l.segs[i], &rb, &valid[i], &torn);
+        if (err || !torn)
+            continue;
+        for (size_t k = i + 1; k < l.nsegs; k++)
+            if (holds_record(j->dir, l.segs[k]))
+                err = -EBADMSG; /* whole records after it: not a torn tail but damage */
+        usable = i + 1;
+        break;
+    }
+    if (!err)
+        err = rebuild_flush(&rb);
+    if (!err)
+        err = chime__index_rebuild_done(j->ix);
+
+    /* Step 4. The newest segments that hold no whole record (the one a restart left empty, what
+     * follows a torn tail) are deleted, and the log starts again at the first of their numbers:
+     * no run is spent on nothing, and the numbering has no gap. */
+    size_t keep = err ? 0 : usable;
+    while (keep && valid[keep - 1] <= CHIME__FILE_HEADER)
+        keep--;
+    for (size_t i = 0; !err && i < keep;) { /* consecutive segments, 32 MiB of records a run */
+        size_t count = 0;
+        uint64_t bytes = 0;
+        while (i + count < keep && (count == 0 || bytes + valid[i + count] <= ((uint64_t)32 << 20)))
+            bytes += valid[i + count++];
+        err = chime__journal_flush_segments(j, l.segs[i], count, valid + i);
+        i += count;
+    }
+    for (size_t i = l.nsegs; !err && i > keep; i--) { /* (none on error: keep is 0 then) */
+        char name[CHIME__NAME_MAX];
+        chime__wal_name(name, l.segs[i - 1]);
+        err = chime__io_unlinkat(j->dir, name);
+    }
+    if (!err && keep < l.nsegs)
+        err = chime__io_fsync(j->dir);
+    uint64_t last = keep ? l.segs[keep - 1] : l.nruns ? l.runs[l.nruns - 1].hi : 0;
+    *first_segment = last + 1;
+    *next_version = rb.next_version;
+    free(valid);
+    free(l.runs);
+    free(l.segs);
+    return err;
+}

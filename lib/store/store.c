@@ -1,0 +1,407 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * chime_store: the public API, and the table of loaded timers (store.h describes both).
+ *
+ * A put or cancel is decided with the key's stripe locked: the backend records the change (its order
+ * for one key is therefore the table's order), then the table follows. With CHIME_SYNC_EACH the
+ * caller then waits for the backend's group commit, with the stripe unlocked, so that one key's
+ * commit does not hold up the keys that share its stripe.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/hash.h"
+#include "store/store.h"
+
+/* ---- the table ---- */
+
+uint64_t chime__store_hash(const struct chime_store *s, const void *key, size_t len)
+{
+    return chime__siphash128(s->hash_k0, s->hash_k1, key, len).lo;
+}
+
+struct hot_stripe *chime__store_stripe(struct chime_store *s, uint64_t hash)
+{
+    _Static_assert(HOT_STRIPES == 64, "the stripe is the hash's top 6 bits");
+    return &s->stripes[hash >> 58];
+}
+
+static int same_key(const struct hot *e, uint64_t hash, const void *key, size_t len)
+{
+    return e->hash == hash && e->key_len == len && memcmp(e->data, key, len) == 0;
+}
+
+void chime__store_find(struct hot_stripe *st, uint64_t hash, const void *key, size_t len,
+                       struct hot **pending, struct hot **running)
+{
+    *pending = *running = NULL;
+    if (!st->nbuckets)
+        return;
+    for (struct hot *e = st->buckets[hash & (st->nbuckets - 1)]; e; e = e->next)
+        if (same_key(e, hash, key, len)) {
+            if (e->state == HOT_FIRING || e->state == HOT_RUNNING)
+                *running = e;
+            else
+                *pending = e;
+        }
+}
+
+struct hot *chime__store_entry(struct chime_store *s, uint64_t hash, const void *key, size_t key_len,
+                               const void *payload, size_t payload_len)
+{
+    struct hot *e = malloc(sizeof *e + key_len + payload_len);
+    if (!e)
+        return NULL;
+    memset(e, 0, sizeof *e);
+    e->s = s;
+    e->hash = hash;
+    e->key_len = (uint16_t)key_len;
+    e->payload_len = (uint32_t)payload_len;
+    memcpy(e->data, key, key_len);
+    memcpy(e->data + key_len, payload, payload_len);
+    return e;
+}
+
+void chime__store_free_entry(struct hot *e)
+{
+    free(e);
+}
+
+/* Double the buckets when there are more entries than buckets. Best effort: a failed allocation
+ * leaves longer chains, never a wrong answer. */
+static void grow(struct hot_stripe *st)
+{
+    size_t n = st->nbuckets ? st->nbuckets * 2 : 16;
+    struct hot **b = calloc(n, sizeof *b);
+    if (!b)
+        return;
+    for (size_t i = 0; i < st->nbuckets; i++)
+        for (struct hot *e = st->buckets[i], *next; e; e = next) {
+            next = e->next;
+            e->next = b[e->hash & (n - 1)];
+            b[e->hash & (n - 1)] = e;
+        }
+    free(st->buckets);
+    st->buckets = b;
+    st->nbuckets = n;
+}
+
+void chime__store_insert(struct chime_store *s, struct hot_stripe *st, struct hot *e)
+{
+    if (st->count >= st->nbuckets)
+        grow(st); /* open gave every stripe its first buckets: nbuckets is never 0 here */
+    struct hot **head = &st->buckets[e->hash & (st->nbuckets - 1)];
+    e->next = *head;
+    *head = e;
+    st->count++;
+    atomic_fetch_add_explicit(&s->in_table, 1, memory_order_relaxed); /* a statistic */
+}
+
+void chime__store_unlink(struct chime_store *s, struct hot_stripe *st, struct hot *e)
+{
+    for (struct hot **p = &st->buckets[e->hash & (st->nbuckets - 1)]; *p; p = &(*p)->next)
+        if (*p == e) {
+            *p = e->next;
+            st->count--;
+            atomic_fetch_sub_explicit(&s->in_table, 1, memory_order_relaxed);
+            return;
+        }
+}
+
+void chime__store_drop(struct chime_store *s, struct hot_stripe *st, struct hot *e)
+{
+    chime__store_unlink(s, st, e);
+    switch (e->state) {
+    case HOT_ARMED:
+        if (e->rid == 0) { /* never armed (out of memory): nobody else holds it */
+            atomic_fetch_sub_explicit(&s->unarmed, 1, memory_order_relaxed);
+            break;
+        }
+        if (chime_timer_cancel(s->rt, e->rid) == 0)
+            break; /* the runtime will not call back: ours to free */
+        e->detached = 1; /* its callback has begun (it waits for this lock): it frees it */
+        return;
+    case HOT_QUEUED:
+        e->detached = 1; /* in the dispatcher's queue: the dispatcher frees it */
+        return;
+    default: /* HELD: in no queue, no runtime timer */
+        break;
+    }
+    free(e);
+}
+
+void chime__store_fail(struct chime_store *s, int err)
+{
+    int none = 0;
+    atomic_compare_exchange_strong_explicit(&s->error, &none, err, memory_order_relaxed,
+                                            memory_order_relaxed);
+}
+
+void chime__store_install(struct chime_store *s, struct hot_stripe *st, uint64_t hash,
+                          const struct chime__timer *t, int check_tombs)
+{
+    struct hot *p, *r;
+    chime__store_find(st, hash, t->key, t->key_len, &p, &r);
+    if ((p && p->ref.version >= t->ref.version) || (r && r->ref.version >= t->ref.version))
+        return; /* the table holds this version or a newer one */
+    if (check_tombs && chime__store_tombstoned(s, t->key, t->key_len))
+        return; /* changed while the load ran: the change is what counts (keeper.c) */
+    if (t->attempt >= s->cfg.max_attempts) {
+        /* A restart found its last allowed firing unacknowledged: it goes to the dead letters. */
+        if (s->ops->bury(s->b, t) == 0)
+            atomic_fetch_add_explicit(&s->buried, 1, memory_order_relaxed);
+        return;
+    }
+    struct hot *e = chime__store_entry(s, hash, t->key, t->key_len, t->payload, t->payload_len);
+    if (!e) { /* the timer stays recorded; it fires after a restart */
+        chime__store_fail(s, -ENOMEM);
+        return;
+    }
+    if (p)
+        chime__store_drop(s, st, p);
+    e->ref = t->ref;
+    e->due_ns = t->due_ns;
+    e->attempt = t->attempt;
+    e->wait_prev = r != NULL;
+    chime__store_insert(s, st, e);
+    chime__store_arm(s, e);
+}
+
+/* ---- placing a timer the logic decided on ---- */
+
+/*
+ * After the backend recorded a put (a user's, a retry, a requeue) of `e`'s key: keep e in the table
+ * and arm it if this process fires it and it is due within what is loaded; otherwise it waits on disk
+ * (and, during a load, its key is noted so that the load does not resurrect the version it replaced).
+ * Consumes e. Stripe locked.
+ */
+static void place(struct chime_store *s, struct hot_stripe *st, struct hot *e, int owned)
+{
+    int loading;
+    uint64_t limit = chime__store_limit(s, &loading);
+    if (owned && e->due_ns < limit) {
+        chime__store_insert(s, st, e);
+        chime__store_arm(s, e);
+        return;
+    }
+    if (loading)
+        chime__store_tomb(s, e->data, e->key_len);
+    free(e);
+}
+
+void chime__store_place(struct chime_store *s, struct hot_stripe *st, struct hot *e, int owned)
+{
+    place(s, st, e, owned);
+}
+
+/* ---- the API ---- */
+
+static int check_key(const void *key, size_t len)
+{
+    return key && len && len <= CHIME_STORE_KEY_MAX;
+}
+
+static int usable(const chime_store *s)
+{
+    if (atomic_load_explicit(&s->closing, memory_order_acquire)) /* pairs with close's store */
+        return -ESHUTDOWN;
+    return atomic_load_explicit(&s->error, memory_order_relaxed);
+}
+
+/* The start of every call on one key: check it, and lock its stripe. Return: 0 (locked) or the error. */
+static int begin(chime_store *s, const void *key, size_t key_len, uint64_t *hash,
+                 struct hot_stripe **st)
+{
+    if (!s || !check_key(key, key_len))
+        return -EINVAL;
+    int err = usable(s);
+    if (err)
+        return err;
+    *hash = chime__store_hash(s, key, key_len);
+    *st = chime__store_stripe(s, *hash);
+    pthread_mutex_lock(&(*st)->lock);
+    return 0;
+}
+
+/* After a change was recorded: wait for its commit if the mode says so. */
+static int durable(chime_store *s, uint64_t ticket)
+{
+    return s->cfg.sync == CHIME_SYNC_EACH ? s->ops->wait(s->b, ticket) : 0;
+}
+
+CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, const void *payload,
+                              size_t payload_len, uint64_t due_ns)
+{
+    if (!payload || !payload_len || payload_len > CHIME_STORE_PAYLOAD_MAX)
+        return -EINVAL;
+    uint64_t hash, ticket = 0;
+    struct hot_stripe *st;
+    int err = begin(s, key, key_len, &hash, &st);
+    if (err)
+        return err;
+    /* The entry first if it will be loaded (a far timer needs none): once the backend has recorded
+     * the put, nothing may fail. */
+    int loading;
+    int hot = due_ns < chime__store_limit(s, &loading);
+    struct hot *e = hot ? chime__store_entry(s, hash, key, key_len, payload, payload_len) : NULL;
+    struct hot *p, *r;
+    chime__store_find(st, hash, key, key_len, &p, &r);
+    struct chime__put put = { key, key_len, payload, payload_len, due_ns, 0, 0 };
+    struct chime__put_result res;
+    err = hot && !e ? -ENOMEM : s->ops->put(s->b, &put, &res, &ticket);
+    if (!err) {
+        if (p)
+            chime__store_drop(s, st, p);
+        if (!e && res.owned && due_ns < chime__store_limit(s, &loading)) {
+            /* A load began meanwhile and now covers it: it needs an entry after all. */
+            e = chime__store_entry(s, hash, key, key_len, payload, payload_len);
+            if (!e) /* recorded but not loadable until a restart: stop rather than miss it */
+                chime__store_fail(s, -ENOMEM);
+        }
+        if (e) {
+            e->ref = res.ref;
+            e->due_ns = due_ns;
+            e->wait_prev = r != NULL;
+            place(s, st, e, res.owned);
+        } else if (loading) {
+            chime__store_tomb(s, key, key_len); /* as place does for a far timer */
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (err) {
+        free(e);
+        return err;
+    }
+    return durable(s, ticket);
+}
+
+CHIME_API int chime_store_cancel(chime_store *s, const void *key, size_t key_len)
+{
+    uint64_t hash, ticket = 0;
+    struct hot_stripe *st;
+    int err = begin(s, key, key_len, &hash, &st);
+    if (err)
+        return err;
+    struct hot *p, *r;
+    chime__store_find(st, hash, key, key_len, &p, &r);
+    struct chime__ref victim;
+    /* A firing taken by the dispatcher is not cancellable even before the backend has recorded it. */
+    err = s->ops->cancel(s->b, key, key_len, r ? r->ref.version : 0, &victim, &ticket);
+    if (err == -ENOENT && r)
+        err = -EINPROGRESS; /* nothing pending, but a firing runs: it cannot be stopped */
+    if (!err) {
+        if (p)
+            chime__store_drop(s, st, p);
+        int loading;
+        chime__store_limit(s, &loading);
+        if (loading)
+            chime__store_tomb(s, key, key_len);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return err ? err : durable(s, ticket);
+}
+
+CHIME_API int chime_store_sync(chime_store *s)
+{
+    if (!s)
+        return -EINVAL;
+    int err = usable(s);
+    return err ? err : s->ops->sync(s->b);
+}
+
+struct dead_list {
+    chime_dead_fn *fn;
+    void *ctx;
+};
+
+static int dead_one(void *ctx, const struct chime__timer *t)
+{
+    struct dead_list *d = ctx;
+    struct chime_fire f = { t->key, t->key_len, t->payload, t->payload_len, t->due_ns, t->attempt };
+    return d->fn(d->ctx, &f);
+}
+
+CHIME_API int chime_store_dead_list(chime_store *s, chime_dead_fn *fn, void *ctx)
+{
+    if (!s || !fn)
+        return -EINVAL;
+    int err = usable(s);
+    struct dead_list d = { fn, ctx };
+    return err ? err : s->ops->dead_list(s->b, dead_one, &d);
+}
+
+struct requeue {
+    struct chime_store *s;
+    struct hot_stripe *st;
+    uint64_t hash;
+    struct hot *pending, *running;
+    int owned;
+    int err;
+};
+
+/* The backend hands over the requeued timer (with the key's stripe locked by us). */
+static int requeued(void *ctx, const struct chime__timer *t)
+{
+    struct requeue *q = ctx;
+    struct hot *e = chime__store_entry(q->s, q->hash, t->key, t->key_len, t->payload,
+                                       t->payload_len);
+    if (q->pending)
+        chime__store_drop(q->s, q->st, q->pending);
+    if (!e) { /* recorded, but not armed: it fires after a restart */
+        chime__store_fail(q->s, -ENOMEM);
+        return 0;
+    }
+    e->ref = t->ref;
+    e->due_ns = t->due_ns;
+    e->wait_prev = q->running != NULL;
+    place(q->s, q->st, e, q->owned);
+    return 0;
+}
+
+CHIME_API int chime_store_dead_requeue(chime_store *s, const void *key, size_t key_len,
+                                       uint64_t due_ns)
+{
+    struct requeue q = { s, NULL, 0, NULL, NULL, 1, 0 };
+    uint64_t ticket = 0;
+    int err = begin(s, key, key_len, &q.hash, &q.st);
+    if (err)
+        return err;
+    chime__store_find(q.st, q.hash, key, key_len, &q.pending, &q.running);
+    struct chime__put_result res;
+    err = s->ops->dead_requeue(s->b, key, key_len, due_ns, &res, requeued, &q, &ticket);
+    pthread_mutex_unlock(&q.st->lock);
+    return err ? err : durable(s, ticket);
+}
+
+CHIME_API int chime_store_dead_drop(chime_store *s, const void *key, size_t key_len)
+{
+    uint64_t hash, ticket = 0;
+    struct hot_stripe *st;
+    int err = begin(s, key, key_len, &hash, &st); /* the backend wants one key's calls in order */
+    if (err)
+        return err;
+    err = s->ops->dead_drop(s->b, key, key_len, &ticket);
+    pthread_mutex_unlock(&st->lock);
+    return err ? err : durable(s, ticket);
+}
+
+CHIME_API void chime_store_stats(const chime_store *s, struct chime_store_stats *out)
+{
+    if (!s || !out)
+        return;
+    struct chime__backend_stats b = { 0, 0, 0 };
+    s->ops->stats(s->b, &b);
+    *out = (struct chime_store_stats){
+        .pending = b.pending,
+        .loaded = atomic_load_explicit(&s->in_table, memory_order_relaxed),
+        .running = atomic_load_explicit(&s->running, memory_order_relaxed),
+        .dead = b.dead,
+        .fired = atomic_load_explicit(&s->fired, memory_order_relaxed),
+        .acked = atomic_load_explicit(&s->acked, memory_order_relaxed),
+        .retried = atomic_load_explicit(&s->retried, memory_order_relaxed),
+        .buried = atomic_load_explicit(&s->buried, memory_order_relaxed),
+        .journal_bytes = b.bytes,
+        .error = atomic_load_explicit(&s->error, memory_order_relaxed),
+    };
+}

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The store's logic (everything of chime_store that does not depend on where records live): what its
+ * files share. store.c holds the API and the table of loaded timers, lifecycle.c open and close,
+ * fire.c firing (the runtime's callback, the dispatcher, handlers and their outcomes), keeper.c the
+ * wall clock and the loading of timers as they come within the horizon.
+ *
+ * A LOADED TIMER (struct hot) is one version of one key held in memory because it is due within the
+ * horizon. Its life:
+ *
+ *     ARMED ──due──> QUEUED ──dispatcher──> FIRING ──recorded──> RUNNING ──handler returned──> gone
+ *       │  └─(newer firing of the key still running)─> HELD ──released──> QUEUED
+ *       └── cancel, or a put that replaces it (any state before FIRING) ──> gone
+ *
+ *   ARMED    a runtime timer (rid) will call chime__store_due.
+ *   HELD     due, but the key's previous firing is still running; its end releases it.
+ *   QUEUED   in the dispatcher's queue (waiting for the rate limit); still cancellable.
+ *   FIRING   taken by the dispatcher; its firing is being recorded. No longer cancellable: cancel
+ *            gets -EINPROGRESS, a put schedules a new version beside it.
+ *   RUNNING  its handler was handed to the runtime, or runs.
+ *
+ * A key has at most one loaded timer that is not FIRING or RUNNING (its pending version) and at most
+ * one that is (its running firing); both sit in the key's stripe of the table. Every change of state
+ * happens with the stripe's lock held. An entry taken out of the table while someone else still
+ * holds a pointer to it (the runtime's callback, the dispatcher's queue) is marked `detached`, and
+ * whoever holds that pointer frees it.
+ *
+ * LOCK ORDER: a stripe's lock, then load_lock, then the backend's own locks; the dispatcher's lock
+ * is taken alone. Runtime calls (schedule, cancel) are lock-free and may be made under any of them.
+ */
+#ifndef CHIME_STORE_STORE_H
+#define CHIME_STORE_STORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "chime.h"
+#include "store/backend.h"
+
+enum hot_state { HOT_ARMED, HOT_HELD, HOT_QUEUED, HOT_FIRING, HOT_RUNNING };
+
+struct hot {
+    struct hot *next;      /* in the stripe's chain */
+    struct hot *qnext;     /* in the dispatcher's queue */
+    uint64_t hash;
+    struct chime__ref ref;
+    uint64_t due_ns;       /* CLOCK_REALTIME */
+    chime_id rid;          /* ARMED: the runtime timer calling chime__store_due (0: could not be
+                              armed; the keeper retries). RUNNING: the one calling the handler (0
+                              once it has begun) */
+    uint32_t attempt;      /* firings recorded (RUNNING: the number of this firing) */
+    uint8_t state;
+    uint8_t detached;
+    uint8_t wait_prev;     /* a previous firing of this key runs: hold when due */
+    uint16_t key_len;
+    uint32_t payload_len;
+    struct chime_store *s;
+    unsigned char data[];  /* the key, then the payload */
+};
+
+#define HOT_STRIPES 64
+
+struct hot_stripe {
+    pthread_mutex_t lock;
+    struct hot **buckets;
+    size_t nbuckets;       /* a power of two */
+    size_t count;
+    char pad[32];
+};
+
+/* A key that changed while a load ran (see keeper.c). */
+struct tomb {
+    struct tomb *next;
+    uint16_t key_len;
+    unsigned char key[];
+};
+
+struct chime_store {
+    struct chime_store_config cfg; /* with every default filled in; path is our own copy */
+    chime_handler *handler;
+    void *ctx;
+    const struct chime__backend_ops *ops;
+    struct chime__backend *b;
+    struct chime__sink sink;
+    chime_timer *rt;
+    uint64_t hash_k0, hash_k1;
+    uint64_t (*wall)(void);        /* CLOCK_REALTIME, or a test's clock */
+    struct hot_stripe stripes[HOT_STRIPES];
+
+    /* loading (keeper.c) */
+    pthread_mutex_t load_lock;     /* tombs, and the keeper's sleep */
+    _Atomic uint64_t loaded;       /* every owned timer due before it is in the table */
+    _Atomic uint64_t loading_until; /* a load to here runs (0: none) */
+    struct tomb *tombs;
+    pthread_t keeper;
+    int keeper_started;
+    int event_fd, clock_fd;        /* wake-ups of the keeper: close or a clock step; the clock */
+    _Atomic int keeper_stop, stepped;
+    uint64_t keeper_rounds;        /* under load_lock: rounds the keeper completed */
+    pthread_cond_t keeper_cond;    /* broadcast at the end of each round */
+    _Atomic uint64_t unarmed;      /* entries whose arming failed (out of memory) */
+
+    /* dispatching (fire.c) */
+    pthread_t dispatcher;
+    int dispatcher_started;
+    pthread_mutex_t dlock;
+    pthread_cond_t dwork, didle;
+    struct hot *qhead, *qtail;
+    size_t qlen;
+    int dstop;
+    double tokens;                 /* the rate limit's bucket */
+    uint64_t tokens_at;            /* CLOCK_MONOTONIC when last refilled */
+
+    _Atomic uint64_t running;      /* handlers dispatched and not finished */
+    _Atomic uint64_t in_table;
+    _Atomic uint64_t fired, acked, retried, buried;
+    _Atomic int error;             /* sticky: -EIO, -ENOSPC */
+    _Atomic int closing;
+};
+
+/* store.c: the table */
+uint64_t chime__store_hash(const struct chime_store *s, const void *key, size_t len);
+struct hot_stripe *chime__store_stripe(struct chime_store *s, uint64_t hash);
+/* With the stripe locked: the key's pending (not FIRING/RUNNING) and running entries, or NULL. */
+void chime__store_find(struct hot_stripe *st, uint64_t hash, const void *key, size_t len,
+                       struct hot **pending, struct hot **running);
+struct hot *chime__store_entry(struct chime_store *s, uint64_t hash, const void *key, size_t key_len,
+                               const void *payload, size_t payload_len);
+void chime__store_insert(struct chime_store *s, struct hot_stripe *st, struct hot *e);
+void chime__store_unlink(struct chime_store *s, struct hot_stripe *st, struct hot *e);
+/* Take a pending entry out (cancelled, replaced): it is freed now, or by whoever holds it. */
+void chime__store_drop(struct chime_store *s, struct hot_stripe *st, struct hot *e);
+void chime__store_free_entry(struct hot *e);
+/* Place a timer the backend handed over (a load, a requeue, an arm) unless the table holds it or a
+ * newer version. With the stripe locked. */
+void chime__store_install(struct chime_store *s, struct hot_stripe *st, uint64_t hash,
+                          const struct chime__timer *t, int check_tombs);
+/* After the backend recorded a put of e's key: keep e loaded if due within what is loaded and owned,
+ * else free it (noting the key during a load). Stripe locked; consumes e. */
+void chime__store_place(struct chime_store *s, struct hot_stripe *st, struct hot *e, int owned);
+/* The sticky failure. */
+void chime__store_fail(struct chime_store *s, int err);
+
+/* fire.c */
+void chime__store_arm(struct chime_store *s, struct hot *e);  /* stripe locked */
+void chime__store_due(void *arg);                             /* the runtime's callback */
+void chime__store_release_held(struct chime_store *s, struct hot *e); /* stripe locked: HELD -> QUEUED */
+/* A recorded firing whose handler will not start now (the store closes before its due time, or the
+ * runtime refused it): out of the table, pending on disk (a restart fires it with attempt + 1). */
+void chime__store_abandon(struct chime_store *s, struct hot *e);
+/* A RUNNING e whose handler waits for its due time: schedule it again from the wall clock now (it
+ * stepped), or take it back if the store is closing and it is not due within the lead. Stripe
+ * locked. Return: nonzero if it must be abandoned (after unlocking the stripe). */
+int chime__store_reschedule_handler(struct chime_store *s, struct hot *e);
+int chime__store_start_dispatcher(struct chime_store *s);
+void chime__store_stop_dispatcher(struct chime_store *s);
+int chime__store_in_handler(const struct chime_store *s);
+
+/* keeper.c */
+uint64_t chime__store_wall(void);
+/* The boundary a put must use: due before it means "load it now" (and note it during a load). */
+uint64_t chime__store_limit(struct chime_store *s, int *loading);
+void chime__store_tomb(struct chime_store *s, const void *key, size_t key_len); /* stripe locked */
+int chime__store_tombstoned(struct chime_store *s, const void *key, size_t key_len);
+int chime__store_first_load(struct chime_store *s);
+int chime__store_start_keeper(struct chime_store *s);
+void chime__store_stop_keeper(struct chime_store *s);
+/* Walk the table: arm what could not be armed (UNARMED); recompute every runtime deadline from the
+ * wall clock, handlers waiting for their due time included (STEP: the clock stepped); take back the
+ * handlers not due within the lead (CLOSE). */
+enum { CHIME__SWEEP_UNARMED, CHIME__SWEEP_STEP, CHIME__SWEEP_CLOSE };
+void chime__store_sweep(struct chime_store *s, int mode);
+
+/* Test hooks (not exported): a wall clock for stores opened afterwards (NULL: CLOCK_REALTIME), and
+ * telling a store that its clock stepped (as the kernel tells it about CLOCK_REALTIME). */
+void chime__store_set_clock(uint64_t (*now)(void));
+void chime__store_clock_stepped(chime_store *s);
+/* Wait until the keeper has finished any load begun before the call (tests). */
+void chime__store_settle(chime_store *s);
+
+#endif /* CHIME_STORE_STORE_H */

@@ -1,0 +1,366 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the durable store's tests share: temporary journal directories, clocks, a recorder of handler
+ * calls that tests wait on, and an injectable wall clock (lib/store/store.h's test hook).
+ */
+#ifndef CHIME_TEST_STORE_UTIL_H
+#define CHIME_TEST_STORE_UTIL_H
+
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chime.h"
+#include "store/store.h"
+#include "tap.h"
+
+#define MS UINT64_C(1000000)
+#define SEC UINT64_C(1000000000)
+
+static inline uint64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
+}
+
+static inline void sleep_ms(unsigned ms)
+{
+    struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+/* ---- temporary directories ---- */
+
+/* A fresh empty directory under $TMPDIR (or /tmp); the caller frees the string. */
+static inline char *tmpdir_make(const char *tag)
+{
+    const char *base = getenv("TMPDIR");
+    char *path;
+    if (asprintf(&path, "%s/chime-%s-XXXXXX", base && *base ? base : "/tmp", tag) < 0)
+        return NULL;
+    if (!mkdtemp(path)) {
+        free(path);
+        return NULL;
+    }
+    return path;
+}
+
+/* A fresh directory on tmpfs (/dev/shm) where there is one, else as tmpdir_make: for tests that
+ * open a journal hundreds of times and test what the store does with bytes and file steps, not the
+ * disk's sync latency (a sync costs nothing on tmpfs). */
+static inline char *tmpdir_make_fast(const char *tag)
+{
+    char *path;
+    if (access("/dev/shm", W_OK) == 0 && asprintf(&path, "/dev/shm/chime-%s-XXXXXX", tag) >= 0) {
+        if (mkdtemp(path))
+            return path;
+        free(path);
+    }
+    return tmpdir_make(tag);
+}
+
+/* Remove a directory and the files in it (journals have no subdirectories). */
+static inline void tmpdir_remove(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d) {
+        for (struct dirent *e; (e = readdir(d));) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            char *f;
+            if (asprintf(&f, "%s/%s", path, e->d_name) >= 0) {
+                unlink(f);
+                free(f);
+            }
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+/* Copy every file of directory `from` into the empty or absent directory `to`. */
+static inline void tmpdir_copy(const char *from, const char *to)
+{
+    mkdir(to, 0755);
+    DIR *d = opendir(from);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char *src, *dst;
+        if (asprintf(&src, "%s/%s", from, e->d_name) < 0)
+            continue;
+        if (asprintf(&dst, "%s/%s", to, e->d_name) < 0) {
+            free(src);
+            continue;
+        }
+        FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+        char buf[1 << 16];
+        size_t n;
+        while (in && out && (n = fread(buf, 1, sizeof buf, in)) > 0)
+            fwrite(buf, 1, n, out);
+        if (in)
+            fclose(in);
+        if (out)
+            fclose(out);
+        free(src);
+        free(dst);
+    }
+    closedir(d);
+}
+
+/* ---- an injectable wall clock: the real one plus an offset the test moves ---- */
+
+static _Atomic int64_t fake_offset;
+
+static _Atomic uint64_t fake_frozen; /* nonzero: the fake clock stands still there */
+
+static inline uint64_t fake_wall(void)
+{
+    uint64_t frozen = atomic_load_explicit(&fake_frozen, memory_order_relaxed);
+    return frozen ? frozen : wall_ns() + (uint64_t)atomic_load_explicit(&fake_offset, memory_order_relaxed);
+}
+
+/* Set the fake clock to `at` and keep it there (at != 0), or let it run again from the real clock
+ * plus the offset (at == 0); tell the store, as the kernel would for a set of CLOCK_REALTIME. */
+static inline void fake_freeze(chime_store *s, uint64_t at)
+{
+    atomic_store_explicit(&fake_frozen, at, memory_order_relaxed);
+    if (s)
+        chime__store_clock_stepped(s);
+}
+
+/* Step the fake clock by delta ns and tell the store, as the kernel would for CLOCK_REALTIME. */
+static inline void fake_step(chime_store *s, int64_t delta)
+{
+    atomic_fetch_add_explicit(&fake_offset, delta, memory_order_relaxed);
+    if (s)
+        chime__store_clock_stepped(s);
+}
+
+/* ---- recording handler calls ---- */
+
+struct firing {
+    char key[64];
+    char payload[64];
+    uint64_t due, at_wall; /* at_wall: the store's clock when the handler began */
+    uint32_t attempt;
+};
+
+struct recorder {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct firing *f;
+    size_t n, cap;
+    uint64_t (*clock)(void);
+    /* What the handler returns: a function of the firing, or 0 (acknowledge). */
+    int64_t (*reply)(struct recorder *r, const struct chime_fire *fire);
+    void *user;
+    _Atomic int early; /* a handler ran before its due time by the store's clock */
+};
+
+static inline void recorder_init(struct recorder *r, uint64_t (*clock)(void))
+{
+    memset(r, 0, sizeof *r);
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->cond, NULL);
+    r->clock = clock ? clock : wall_ns;
+}
+
+static inline void recorder_free(struct recorder *r)
+{
+    free(r->f);
+    pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->cond);
+}
+
+static inline int64_t recorder_handler(void *ctx, const struct chime_fire *fire)
+{
+    struct recorder *r = ctx;
+    struct firing f;
+    memset(&f, 0, sizeof f);
+    f.at_wall = r->clock();
+    if (f.at_wall < fire->due_ns)
+        atomic_store(&r->early, 1);
+    memcpy(f.key, fire->key, fire->key_len < 63 ? fire->key_len : 63);
+    memcpy(f.payload, fire->payload, fire->payload_len < 63 ? fire->payload_len : 63);
+    f.due = fire->due_ns;
+    f.attempt = fire->attempt;
+    int64_t rc = r->reply ? r->reply(r, fire) : 0;
+    pthread_mutex_lock(&r->lock);
+    if (r->n == r->cap) {
+        r->cap = r->cap ? r->cap * 2 : 64;
+        r->f = realloc(r->f, r->cap * sizeof *r->f);
+    }
+    r->f[r->n++] = f;
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+/* Wait until at least n handler calls were recorded. */
+static inline void recorder_wait(struct recorder *r, size_t n)
+{
+    pthread_mutex_lock(&r->lock);
+    while (r->n < n)
+        pthread_cond_wait(&r->cond, &r->lock);
+    pthread_mutex_unlock(&r->lock);
+}
+
+static inline size_t recorder_count(struct recorder *r)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t n = r->n;
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
+/* How many recorded calls were for key. */
+static inline size_t recorder_count_key(struct recorder *r, const char *key)
+{
+    size_t c = 0;
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < r->n; i++)
+        c += strcmp(r->f[i].key, key) == 0;
+    pthread_mutex_unlock(&r->lock);
+    return c;
+}
+
+/* The last recorded call for key (copied), or 0 if none. */
+static inline int recorder_last(struct recorder *r, const char *key, struct firing *out)
+{
+    int found = 0;
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < r->n; i++)
+        if (strcmp(r->f[i].key, key) == 0) {
+            *out = r->f[i];
+            found = 1;
+        }
+    pthread_mutex_unlock(&r->lock);
+    return found;
+}
+
+/* Wait until the store has no handler running and nothing pending (all fired and acknowledged). */
+static inline void store_wait_idle(chime_store *s)
+{
+    for (;;) {
+        struct chime_store_stats st;
+        chime_store_stats(s, &st);
+        if (st.pending == 0 && st.running == 0)
+            return;
+        sleep_ms(2); /* a poll: the store offers no idle notification */
+    }
+}
+
+/* Wait until no handler runs or waits to record its outcome (every firing so far has left the table). */
+static inline void store_wait_handlers(chime_store *s)
+{
+    for (;;) {
+        struct chime_store_stats st;
+        chime_store_stats(s, &st);
+        if (st.running == 0)
+            return;
+        sleep_ms(2); /* a poll, as in store_wait_idle */
+    }
+}
+
+/*
+ * Crashes: a child ends itself as kill -9 would end it by stopping (SIGSTOP) for its parent to kill
+ * it (SIGKILL). A process that sends itself SIGKILL under valgrind gets an orderly exit with a leak
+ * report of whatever its stack held; an outside SIGKILL ends it on the spot, as a crash does.
+ */
+static inline void crash_now(void)
+{
+    raise(SIGSTOP);
+    for (;;)
+        pause(); /* until the parent's SIGKILL */
+}
+
+/* The parent's side: read the child's log (fd, nonblocking reads into *buf, grown as needed) until
+ * the child has ended, killing it if it stopped. Return: 1 if it ended by SIGKILL, 0 if it exited 0,
+ * -1 otherwise. */
+static inline int reap_child(pid_t pid, int fd, unsigned char **buf, size_t *len, size_t *cap)
+{
+    int status = 0, ended = 0;
+    for (;;) {
+        struct pollfd p = { fd, POLLIN, 0 };
+        if (poll(&p, 1, 10) > 0) {
+            if (*len + 4096 > *cap)
+                *buf = realloc(*buf, *cap = *cap * 2 + 8192);
+            ssize_t got = read(fd, *buf + *len, 4096);
+            if (got > 0) {
+                *len += (size_t)got;
+                continue;
+            }
+            if (got == 0 && ended)
+                break; /* drained, and no writer left */
+            if (got == 0)
+                sleep_ms(1); /* end of file while the child lives: it does not write to us */
+        }
+        if (!ended) {
+            pid_t w = waitpid(pid, &status, WNOHANG | WUNTRACED);
+            if (w == pid && WIFSTOPPED(status)) {
+                kill(pid, SIGKILL);
+                waitpid(pid, &status, 0);
+            }
+            ended = w == pid;
+        }
+    }
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+        return 1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+/* Start a test afresh: a new empty journal directory in *dir (the previous one removed), and a new
+ * recorder on the fake clock (which is the real one unless the test moves it). */
+static inline void store_test_fresh(char **dir, const char *tag, struct recorder *rec)
+{
+    if (*dir) {
+        tmpdir_remove(*dir);
+        free(*dir);
+    }
+    *dir = tmpdir_make(tag);
+    CHECK(*dir != NULL, "mkdtemp failed");
+    recorder_free(rec);
+    recorder_init(rec, fake_wall);
+    atomic_store(&fake_offset, 0);
+    atomic_store(&fake_frozen, 0);
+}
+
+/* main() of a test file whose tests share one journal directory and one recorder: run them, then
+ * remove the directory. */
+static inline int store_tests_run(const struct tap_test *tests, int n, char **dir,
+                                  struct recorder *rec, uint64_t (*clock)(void))
+{
+    recorder_init(rec, clock);
+    int rc = tap_run(tests, n);
+    if (*dir) {
+        tmpdir_remove(*dir);
+        free(*dir);
+    }
+    recorder_free(rec);
+    return rc;
+}
+
+#endif /* CHIME_TEST_STORE_UTIL_H */

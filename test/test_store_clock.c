@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The durable store and the wall clock (lib/store/fire.c, keeper.c): deadlines are CLOCK_REALTIME,
+ * the runtime counts CLOCK_MONOTONIC. With an injected clock (the real one plus an offset this test
+ * moves, reported to the store as the kernel reports a step of CLOCK_REALTIME) these check: a step
+ * back makes nothing fire early, a step forward makes what became due fire, far timers are loaded
+ * when a step brings them within the horizon, a restart after the clock moved fires what is due, and
+ * a handler whose firing was recorded (2 ms ahead) waits through a step back, starts when the clock
+ * passes its due time, and does not keep close waiting.
+ */
+#include "store_util.h"
+
+static char *dir;
+static struct recorder rec;
+
+static chime_store *open_fake(uint64_t horizon_ns)
+{
+    struct chime_store_config cfg = { .path = dir, .horizon_ns = horizon_ns };
+    chime__store_set_clock(fake_wall);
+    chime_store *s = NULL;
+    int err = chime_store_open(&s, &cfg, recorder_handler, &rec);
+    chime__store_set_clock(NULL);
+    CHECK(err == 0, "open: %s", chime_strerror(err));
+    return s;
+}
+
+static void fresh(void)
+{
+    store_test_fresh(&dir, "clock", &rec);
+}
+
+static void a_step_back_fires_nothing_before_its_due_time(void)
+{
+    fresh();
+    chime_store *s = open_fake(0);
+    uint64_t due = fake_wall() + 50 * MS;
+    CHECK_EQ(chime_store_put(s, "k", 1, "x", 1, due), 0);
+    fake_step(s, -(int64_t)(3600 * SEC)); /* an hour back: the monotonic deadline comes first */
+    sleep_ms(150); /* the monotonic deadline passes; the wall clock says an hour to go */
+    CHECK_EQ(recorder_count(&rec), 0);
+    fake_step(s, (int64_t)(3600 * SEC)); /* back to where it was: now it is due */
+    recorder_wait(&rec, 1);
+    CHECK(!atomic_load(&rec.early), "fired before its due time by the wall clock");
+    CHECK_EQ(rec.f[0].due, due);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static void a_step_forward_fires_what_became_due(void)
+{
+    fresh();
+    chime_store *s = open_fake(0);
+    uint64_t now = fake_wall();
+    CHECK_EQ(chime_store_put(s, "in-10-min", 9, "x", 1, now + 600 * SEC), 0);
+    CHECK_EQ(chime_store_put(s, "in-20-min", 9, "x", 1, now + 1200 * SEC), 0);
+    fake_step(s, (int64_t)(900 * SEC)); /* 15 minutes forward */
+    recorder_wait(&rec, 1);
+    CHECK(strcmp(rec.f[0].key, "in-10-min") == 0, "fired %s", rec.f[0].key);
+    CHECK(!atomic_load(&rec.early), "early");
+    sleep_ms(50);
+    CHECK_EQ(recorder_count(&rec), 1); /* the other one is still five minutes away */
+    fake_step(s, (int64_t)(600 * SEC));
+    recorder_wait(&rec, 2);
+    CHECK(!atomic_load(&rec.early), "early");
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static void far_timers_load_when_the_clock_brings_them_within_the_horizon(void)
+{
+    fresh();
+    chime_store *s = open_fake(60 * SEC); /* a one-minute horizon */
+    uint64_t now = fake_wall();
+    for (int d = 1; d <= 30; d++) { /* one timer a day for 30 days, as the cold tier holds them */
+        char key[16];
+        snprintf(key, sizeof key, "day%02d", d);
+        CHECK_EQ(chime_store_put(s, key, strlen(key), "x", 1, now + (uint64_t)d * 86400 * SEC), 0);
+    }
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 30);
+    CHECK_EQ(st.loaded, 0);
+    CHECK_EQ(chime_store_cancel(s, "day07", 5), 0); /* found on disk */
+    fake_step(s, (int64_t)(10 * 86400 * SEC + 30 * SEC)); /* ten days on */
+    recorder_wait(&rec, 9);
+    chime__store_settle(s);
+    store_wait_handlers(s); /* the ninth handler's entry leaves the table after its outcome */
+    CHECK_EQ(recorder_count(&rec), 9); /* days 1-10 but 7 */
+    CHECK_EQ(recorder_count_key(&rec, "day07"), 0);
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.loaded, 0); /* day 11 is a day away: still on disk */
+    CHECK_EQ(chime_store_close(s), 0);
+
+    s = open_fake(60 * SEC); /* a restart twenty days later: the rest are due */
+    fake_step(s, (int64_t)(20 * 86400 * SEC));
+    recorder_wait(&rec, 29);
+    CHECK(!atomic_load(&rec.early), "early");
+    store_wait_idle(s);
+    CHECK_EQ(recorder_count(&rec), 29);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static void a_restart_after_the_clock_moved_on_fires_what_is_overdue(void)
+{
+    fresh();
+    chime_store *s = open_fake(0);
+    uint64_t now = fake_wall();
+    CHECK_EQ(chime_store_put(s, "a", 1, "x", 1, now + 3600 * SEC), 0);
+    CHECK_EQ(chime_store_put(s, "b", 1, "x", 1, now + 7200 * SEC), 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    fake_step(NULL, (int64_t)(5400 * SEC)); /* 90 minutes pass while it is down */
+    s = open_fake(0);
+    recorder_wait(&rec, 1);
+    chime__store_settle(s);
+    CHECK_EQ(recorder_count(&rec), 1);
+    CHECK(strcmp(rec.f[0].key, "a") == 0, "fired %s", rec.f[0].key);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static uint64_t fired(chime_store *s)
+{
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    return st.fired;
+}
+
+/* The clock stands still 1 ms before the timer's due time: its firing is recorded (from 2 ms before)
+ * and its handler waits for the due time. Then the clock steps an hour back: the handler waits an
+ * hour more. */
+static chime_store *a_handler_waiting_an_hour(uint64_t *due)
+{
+    fresh();
+    chime_store *s = open_fake(0);
+    *due = fake_wall() + 10 * SEC;
+    CHECK_EQ(chime_store_put(s, "k", 1, "x", 1, *due), 0);
+    fake_freeze(s, *due - MS);
+    while (fired(s) == 0)
+        sleep_ms(1); /* a poll: the firing is recorded by the store's own threads */
+    fake_freeze(s, *due - 3600 * SEC);
+    sleep_ms(50); /* the handler's callback (due in 1 ms) sees the step back and waits an hour */
+    chime__store_settle(s);
+    CHECK_EQ(recorder_count(&rec), 0);
+    return s;
+}
+
+static void a_waiting_handler_starts_when_the_clock_steps_past_its_due_time(void)
+{
+    uint64_t due;
+    chime_store *s = a_handler_waiting_an_hour(&due);
+    atomic_store(&fake_offset, (int64_t)(20 * SEC)); /* let the clock run again, past the due time */
+    fake_freeze(s, 0);
+    recorder_wait(&rec, 1);
+    CHECK(!atomic_load(&rec.early), "fired before its due time by the wall clock");
+    CHECK_EQ(rec.f[0].due, due);
+    CHECK_EQ(rec.f[0].attempt, 1);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static void close_does_not_wait_for_a_handler_the_clock_put_off(void)
+{
+    uint64_t due;
+    chime_store *s = a_handler_waiting_an_hour(&due);
+    CHECK_EQ(chime_store_close(s), 0); /* at once, not in an hour */
+    CHECK_EQ(recorder_count(&rec), 0);
+    atomic_store(&fake_offset, (int64_t)(20 * SEC));
+    fake_freeze(NULL, 0);
+    s = open_fake(0); /* its firing was recorded: the restart fires it again, as attempt 2 */
+    recorder_wait(&rec, 1);
+    CHECK(!atomic_load(&rec.early), "early");
+    CHECK_EQ(rec.f[0].attempt, 2);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static const struct tap_test tests[] = {
+    { "a_step_back_fires_nothing_before_its_due_time", a_step_back_fires_nothing_before_its_due_time },
+    { "a_step_forward_fires_what_became_due", a_step_forward_fires_what_became_due },
+    { "far_timers_load_when_the_clock_brings_them_within_the_horizon",
+      far_timers_load_when_the_clock_brings_them_within_the_horizon },
+    { "a_restart_after_the_clock_moved_on_fires_what_is_overdue",
+      a_restart_after_the_clock_moved_on_fires_what_is_overdue },
+    { "a_waiting_handler_starts_when_the_clock_steps_past_its_due_time",
+      a_waiting_handler_starts_when_the_clock_steps_past_its_due_time },
+    { "close_does_not_wait_for_a_handler_the_clock_put_off",
+      close_does_not_wait_for_a_handler_the_clock_put_off },
+};
+
+int main(void)
+{
+    return store_tests_run(tests, (int)(sizeof tests / sizeof tests[0]), &dir, &rec, fake_wall);
+}

@@ -1,0 +1,363 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Faults, injected at the store's one I/O point (lib/store/io.h): a write or an fdatasync of the log
+ * failing with -EIO, the disk filling up (-ENOSPC when a segment is preallocated), and the process
+ * ending at every file-system step of flushes, merges and recovery (segment creation, run writes,
+ * syncs, renames, unlinks), checked against an oracle of what was acknowledged.
+ * CHIME_FAULT_POINTS (default 300) sets how many crash points are tried; CHIME_SEED the seed.
+ */
+#include "store_util.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "rng.h"
+#include "store/backend.h"
+#include "store/io.h"
+
+static char *dir;
+static struct recorder rec;
+
+/* Whether fd is one of the log's segments (by its path in /proc). */
+static int is_wal(int fd)
+{
+    char link[64], path[512];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    if (n <= 0)
+        return 0;
+    path[n] = 0;
+    return strstr(path, "/wal-") != NULL;
+}
+
+/* ---- failing one kind of operation on the log's segments ---- */
+
+struct failing {
+    _Atomic int armed;
+    enum chime__io_op op;
+    int err;
+    _Atomic int hits;
+};
+static struct failing failing;
+
+static int fail_wal_op(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    struct failing *f = ctx;
+    (void)name;
+    if (!atomic_load(&f->armed) || op != f->op || fd < 0 || !is_wal(fd))
+        return 0;
+    atomic_fetch_add(&f->hits, 1);
+    return f->err;
+}
+
+static void fresh(void)
+{
+    store_test_fresh(&dir, "faults", &rec);
+}
+
+static chime_store *open_store(void)
+{
+    struct chime_store_config cfg = { .path = dir };
+    chime_store *s;
+    int err = chime_store_open(&s, &cfg, recorder_handler, &rec);
+    CHECK(err == 0, "open: %s", chime_strerror(err));
+    return s;
+}
+
+static int put_key(chime_store *s, int i, uint64_t due)
+{
+    char key[16];
+    snprintf(key, sizeof key, "key%d", i);
+    return chime_store_put(s, key, strlen(key), "payload", 7, due);
+}
+
+/* An I/O error: the call that met it and every later one fail; nothing more is fired; a reopen finds
+ * everything acknowledged before. */
+static void io_error_fails_for_good_and_loses_nothing_acknowledged(enum chime__io_op op)
+{
+    fresh();
+    failing = (struct failing){ .op = op, .err = -EIO };
+    chime__io_set_fault(fail_wal_op, &failing);
+    chime_store *s = open_store();
+    uint64_t far = wall_ns() + 3600 * SEC;
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(put_key(s, i, far), 0);
+    CHECK_EQ(put_key(s, 100, wall_ns() + 100 * MS), 0); /* due soon: it must not fire now */
+    atomic_store(&failing.armed, 1);
+    CHECK_EQ(put_key(s, 10, far), -EIO);
+    atomic_store(&failing.armed, 0); /* the disk is fine again: the store must stay failed */
+    CHECK_EQ(put_key(s, 11, far), -EIO);
+    CHECK_EQ(chime_store_cancel(s, "key1", 4), -EIO);
+    CHECK_EQ(chime_store_sync(s), -EIO);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.error, -EIO);
+    sleep_ms(300); /* key100 is due: a failed store starts no handler */
+    CHECK_EQ(recorder_count(&rec), 0);
+    CHECK_EQ(chime_store_close(s), -EIO);
+    CHECK(atomic_load(&failing.hits) >= 1, "the fault was never hit");
+    chime__io_set_fault(NULL, NULL);
+
+    s = open_store();
+    recorder_wait(&rec, 1); /* key100 fires now (it is overdue), as its first attempt */
+    CHECK(strcmp(rec.f[0].key, "key100") == 0, "fired %s", rec.f[0].key);
+    CHECK_EQ(rec.f[0].attempt, 1);
+    for (int i = 0; i < 10; i++) { /* the ten far ones: all there (the failed cancel did not happen) */
+        char key[16];
+        snprintf(key, sizeof key, "key%d", i);
+        CHECK(chime_store_cancel(s, key, strlen(key)) == 0, "acknowledged put of %s lost", key);
+    }
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static void a_failed_log_write_is_eio_for_good(void)
+{
+    io_error_fails_for_good_and_loses_nothing_acknowledged(CHIME_IO_WRITE);
+}
+
+static void a_failed_log_fdatasync_is_eio_for_good(void)
+{
+    io_error_fails_for_good_and_loses_nothing_acknowledged(CHIME_IO_SYNC);
+}
+
+static void a_full_disk_is_enospc_for_good_and_loses_nothing_acknowledged(void)
+{
+    fresh();
+    failing = (struct failing){ .op = CHIME_IO_ALLOCATE, .err = -ENOSPC };
+    chime__io_set_fault(fail_wal_op, &failing);
+    chime_store *s = open_store();
+    atomic_store(&failing.armed, 1); /* no new segment can be preallocated from now on */
+    static char big[60000];
+    memset(big, 'b', sizeof big);
+    uint64_t far = wall_ns() + 3600 * SEC;
+    int acked = 0, err = 0;
+    for (int i = 0; i < 100 && !err; i++) { /* 6 MB: the first segment (1 MiB) fills up */
+        char key[16];
+        snprintf(key, sizeof key, "big%d", i);
+        err = chime_store_put(s, key, strlen(key), big, sizeof big, far);
+        acked += err == 0;
+    }
+    CHECK_EQ(err, -ENOSPC);
+    CHECK(acked > 0, "nothing fitted in the first segment");
+    CHECK_EQ(put_key(s, 1, far), -ENOSPC);
+    CHECK_EQ(chime_store_close(s), -ENOSPC);
+    chime__io_set_fault(NULL, NULL);
+    s = open_store();
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK(st.pending >= (uint64_t)acked, "%d acknowledged, %llu pending", acked,
+          (unsigned long long)st.pending);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+/* ---- the process ending at every step of the journal's own file work ---- */
+
+#define KEYS 16
+
+struct crash_at {
+    _Atomic long left; /* steps before the end; < 0: never */
+};
+static struct crash_at crash_at;
+
+/* Every file-system operation but the log's own appends and commits is a step: segment creation,
+ * run writes and syncs, renames, unlinks, directory syncs, reads at recovery. */
+static int crash_hook(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    struct crash_at *c = ctx;
+    (void)name;
+    if ((op == CHIME_IO_WRITE || op == CHIME_IO_SYNC) && fd >= 0 && is_wal(fd))
+        return 0;
+    if (atomic_fetch_sub(&c->left, 1) == 0)
+        crash_now(); /* as kill -9: nothing is flushed, no destructor runs */
+    return 0;
+}
+
+struct oplog { /* the child's log: BEGIN then DONE, 24 bytes */
+    uint8_t phase, op;
+    uint16_t key;
+    int32_t rc;
+    uint64_t due;
+    uint64_t pad;
+};
+
+static int log_fd;
+
+static size_t payload_for(int key, uint64_t due, unsigned char *out)
+{
+    size_t n = 4000 + (size_t)((due ^ (uint64_t)key * 7919) % 12000);
+    for (size_t i = 0; i < n; i++)
+        out[i] = (unsigned char)(due >> (i % 8 * 8)) ^ (unsigned char)(i * 31 + (size_t)key);
+    return n;
+}
+
+static int64_t never(void *ctx, const struct chime_fire *f)
+{
+    (void)ctx;
+    (void)f;
+    _exit(43); /* everything is due in a day */
+}
+
+static int no_dead(void *ctx, const struct chime_fire *d)
+{
+    (void)ctx;
+    (void)d;
+    return 0;
+}
+
+static void crash_child(long step, uint64_t seed)
+{
+    atomic_store(&crash_at.left, step);
+    chime__io_set_fault(crash_hook, &crash_at);
+    struct chime_store_config cfg = { .path = dir };
+    chime_store *s;
+    if (chime_store_open(&s, &cfg, never, NULL) != 0)
+        _exit(44);
+    struct rng r = { seed };
+    static unsigned char payload[16000];
+    uint64_t base = wall_ns() + 86400 * SEC;
+    for (int i = 0; i < 240; i++) {
+        struct oplog l = { .phase = 1, .key = (uint16_t)rng_below(&r, KEYS) };
+        char key[16];
+        snprintf(key, sizeof key, "c%u", l.key);
+        if (rng_below(&r, 4)) {
+            l.op = 1;
+            l.due = base + rng_below(&r, 1000) * SEC;
+            size_t n = payload_for(l.key, l.due, payload);
+            ssize_t w = write(log_fd, &l, sizeof l);
+            l.rc = chime_store_put(s, key, strlen(key), payload, n, l.due);
+            l.phase = 2;
+            w = write(log_fd, &l, sizeof l);
+            (void)w;
+        } else {
+            l.op = 2;
+            ssize_t w = write(log_fd, &l, sizeof l);
+            l.rc = chime_store_cancel(s, key, strlen(key));
+            l.phase = 2;
+            w = write(log_fd, &l, sizeof l);
+            (void)w;
+        }
+        if (l.rc && l.rc != -ENOENT)
+            _exit(45);
+        if (i % 30 == 29) /* a listing flushes the log: a flush, and maybe a merge, runs now */
+            chime_store_dead_list(s, no_dead, NULL);
+    }
+    chime_store_close(s);
+    struct oplog done = { .phase = 3, .due = (uint64_t)(step - atomic_load(&crash_at.left)) };
+    ssize_t w = write(log_fd, &done, sizeof done); /* how many steps a whole run took */
+    (void)w;
+    _exit(0);
+}
+
+struct model {
+    int pending;
+    uint64_t due;
+};
+
+static int load_one(void *ctx, const struct chime__timer *t)
+{
+    struct model *found = ctx;
+    char key[16] = { 0 };
+    unsigned k;
+    memcpy(key, t->key, t->key_len < 15 ? t->key_len : 15);
+    CHECK(sscanf(key, "c%u", &k) == 1 && k < KEYS, "key %s", key);
+    static unsigned char want[16000];
+    size_t n = payload_for((int)k, t->due_ns, want);
+    CHECK(n == t->payload_len && !memcmp(want, t->payload, n), "payload of %s", key);
+    CHECK(!found[k].pending, "%s handed over twice", key);
+    found[k] = (struct model){ 1, t->due_ns };
+    return 0;
+}
+
+static void the_process_ending_at_any_step_of_a_flush_or_merge_loses_nothing(void)
+{
+    fresh();
+    tmpdir_remove(dir);
+    free(dir);
+    dir = tmpdir_make_fast("crash-points"); /* hundreds of runs: see tmpdir_make_fast */
+    const char *env = getenv("CHIME_FAULT_POINTS");
+    long points = env ? atol(env) : 300;
+    struct rng r = { rng_seed("test_store_faults") };
+    struct model model[KEYS] = { { 0, 0 } };
+    long step = 0, completed = 0, whole = 0;
+    for (long p = 0; p < points; p++) {
+        /* The first steps one by one (recovery, the first flushes), then anywhere in a whole run. */
+        step = p < points / 2 || !whole ? p : (long)rng_below(&r, (uint64_t)whole);
+        int fds[2];
+        CHECK(pipe(fds) == 0, "pipe");
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            log_fd = fds[1];
+            crash_child(step, rng_next(&r));
+        }
+        close(fds[1]);
+        unsigned char *buf = NULL;
+        size_t len = 0, cap = 0;
+        int ended = reap_child(pid, fds[0], &buf, &len, &cap);
+        close(fds[0]);
+        CHECK(ended >= 0, "the child failed at step %ld", step);
+        completed += !ended;
+        struct oplog inflight = { 0 };
+        for (size_t i = 0; i + sizeof(struct oplog) <= len; i += sizeof(struct oplog)) {
+            struct oplog l;
+            memcpy(&l, buf + i, sizeof l);
+            if (l.phase == 3) {
+                whole = (long)l.due;
+                continue;
+            }
+            if (l.phase == 1) {
+                inflight = l;
+                continue;
+            }
+            inflight.phase = 0;
+            CHECK(l.op != 2 || l.rc != -ENOENT || !model[l.key].pending,
+                  "cancel of c%u said -ENOENT, but it was pending", l.key);
+            if (l.op == 1)
+                model[l.key] = (struct model){ 1, l.due };
+            else
+                model[l.key].pending = 0;
+        }
+        free(buf);
+
+        /* What the journal holds now must be what was acknowledged, give or take the one call in
+         * flight when the process ended. */
+        struct chime_store_config cfg = { .path = dir };
+        struct chime__backend *b;
+        static const struct chime__sink none = { NULL, NULL, NULL, NULL };
+        int err = chime__journal_ops.open(&b, &cfg, &none);
+        CHECK(err == 0, "reopen after an end at step %ld: %s", step, chime_strerror(err));
+        struct model found[KEYS] = { { 0, 0 } };
+        CHECK_EQ(chime__journal_ops.load(b, 0, UINT64_MAX, load_one, found), 0);
+        CHECK_EQ(chime__journal_ops.close(b), 0);
+        for (unsigned k = 0; k < KEYS; k++) {
+            int as_acked = found[k].pending == model[k].pending &&
+                           (!found[k].pending || found[k].due == model[k].due);
+            int as_inflight = inflight.phase == 1 && inflight.key == k &&
+                              (inflight.op == 1 ? found[k].pending && found[k].due == inflight.due
+                                                : !found[k].pending);
+            CHECK(as_acked || as_inflight, "step %ld: c%u is %s at %llu, acknowledged %s at %llu",
+                  step, k, found[k].pending ? "pending" : "absent",
+                  (unsigned long long)found[k].due, model[k].pending ? "pending" : "absent",
+                  (unsigned long long)model[k].due);
+            model[k] = found[k];
+        }
+    }
+    printf("# %ld crash points, %ld runs completed without reaching theirs (a whole run: %ld steps)\n",
+           points, completed, whole);
+}
+
+static const struct tap_test tests[] = {
+    { "a_failed_log_write_is_eio_for_good", a_failed_log_write_is_eio_for_good },
+    { "a_failed_log_fdatasync_is_eio_for_good", a_failed_log_fdatasync_is_eio_for_good },
+    { "a_full_disk_is_enospc_for_good_and_loses_nothing_acknowledged",
+      a_full_disk_is_enospc_for_good_and_loses_nothing_acknowledged },
+    { "the_process_ending_at_any_step_of_a_flush_or_merge_loses_nothing",
+      the_process_ending_at_any_step_of_a_flush_or_merge_loses_nothing },
+};
+
+int main(void)
+{
+    return store_tests_run(tests, (int)(sizeof tests / sizeof tests[0]), &dir, &rec, NULL);
+}

@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Runs and their merging (lib/store/run.c, merge.c): the collapsing rules on every kind of group,
+ * and runs written, reopened, read by due-time range through their sparse index, and merged.
+ */
+#include "store_util.h"
+
+#include <fcntl.h>
+
+#include "rng.h"
+#include "store/merge.h"
+#include "store/run.h"
+
+struct out {
+    struct chime__rec r[64];
+    int n;
+};
+
+static int keep(void *ctx, const struct chime__rec *r)
+{
+    struct out *o = ctx;
+    o->r[o->n++] = *r;
+    return 0;
+}
+
+static struct chime__rec rec(uint8_t type, uint64_t version, uint64_t due, uint32_t attempt)
+{
+    struct chime__rec r = { .type = type, .version = version, .due = due, .attempt = attempt,
+                            .key_len = 1, .key = "k" };
+    if (type == CHIME__PUT || type == CHIME__DEAD) {
+        r.payload_len = 1;
+        r.payload = "p";
+    }
+    return r;
+}
+
+/* Collapse a sorted array in a mode; return what survived. */
+static struct out collapse(struct chime__rec *recs, size_t n, enum chime__collapse_mode mode,
+                           int drop_orphans)
+{
+    struct out o = { .n = 0 };
+    struct chime__array_source a;
+    struct chime__source *s = &a.base;
+    struct chime__collapse c;
+    struct chime__rec *order[16];
+    for (size_t i = 0; i < n; i++)
+        order[i] = &recs[i];
+    chime__rec_sort(order, n);
+    chime__array_source_init(&a, order, n);
+    chime__collapse_init(&c, mode, drop_orphans, keep, &o);
+    CHECK_EQ(chime__merge(&s, 1, &c), 0);
+    chime__collapse_free(&c);
+    return o;
+}
+
+static void a_version_whose_put_and_kill_meet_leaves_nothing_and_fires_fold_in(void)
+{
+    struct chime__rec g[] = {
+        rec(CHIME__PUT, 1, 10, 0), rec(CHIME__FIRE, 1, 10, 1), rec(CHIME__KILL, 1, 10, 0), /* gone */
+        rec(CHIME__PUT, 2, 10, 0), rec(CHIME__FIRE, 2, 10, 1), rec(CHIME__FIRE, 2, 10, 2), /* attempt 2 */
+        rec(CHIME__KILL, 3, 11, 0),                          /* an orphan KILL (its PUT is older) */
+        rec(CHIME__FIRE, 4, 12, 3),                          /* an orphan FIRE */
+        rec(CHIME__FIRE, 5, 13, 1), rec(CHIME__KILL, 5, 13, 0), /* orphan FIRE of an ended version */
+        rec(CHIME__DEAD, 6, 0, 4),                           /* a dead letter */
+        rec(CHIME__DEAD, 7, 0, 1),
+    };
+    g[11].flags = 0;
+    struct chime__rec undead = rec(CHIME__KILL, 7, 0, 0);
+    undead.flags = CHIME__KILL_DEAD;
+    struct chime__rec all[13];
+    memcpy(all, g, sizeof g);
+    all[12] = undead;
+
+    struct chime__rec work[13];
+    memcpy(work, all, sizeof all);
+    struct out o = collapse(work, 13, CHIME__KEEP_RUN, 0);
+    CHECK_EQ(o.n, 5); /* PUT 2 (attempt 2), KILL 3, FIRE 4, KILL 5, DEAD 6 */
+    CHECK(o.r[0].type == CHIME__PUT && o.r[0].version == 2 && o.r[0].attempt == 2, "put 2");
+    CHECK(o.r[1].type == CHIME__KILL && o.r[1].version == 3, "orphan kill kept");
+    CHECK(o.r[2].type == CHIME__FIRE && o.r[2].version == 4 && o.r[2].attempt == 3, "orphan fire");
+    CHECK(o.r[3].type == CHIME__KILL && o.r[3].version == 5, "the kill, not the fire, of 5");
+    CHECK(o.r[4].type == CHIME__DEAD && o.r[4].version == 6, "dead letter 6; 7 was dropped");
+
+    memcpy(work, all, sizeof all);
+    o = collapse(work, 13, CHIME__KEEP_RUN, 1); /* the oldest run: orphans have nothing to end */
+    CHECK_EQ(o.n, 2);
+    CHECK(o.r[0].version == 2 && o.r[1].version == 6, "only the live ones");
+
+    memcpy(work, all, sizeof all);
+    o = collapse(work, 13, CHIME__KEEP_LIVE, 0);
+    CHECK_EQ(o.n, 2);
+    CHECK(o.r[0].type == CHIME__PUT && o.r[0].attempt == 2 && o.r[1].type == CHIME__DEAD, "live");
+}
+
+static void runs_read_back_by_due_range_and_merge_into_one(void)
+{
+    char *dir = tmpdir_make("merge");
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    CHECK(fd >= 0, "dir");
+    struct rng r = { rng_seed("test_store_merge") };
+    enum { RUNS = 3, PER = 20000 };
+    struct chime__run *runs[RUNS];
+    static struct chime__rec recs[PER];
+    static char keys[RUNS][PER][12];
+    uint64_t version = 1;
+    for (int i = 0; i < RUNS; i++) {
+        for (int k = 0; k < PER; k++) {
+            snprintf(keys[i][k], sizeof keys[i][k], "%d-%d", i, k);
+            recs[k] = (struct chime__rec){ .type = CHIME__PUT, .key = keys[i][k],
+                                           .key_len = (uint16_t)strlen(keys[i][k]),
+                                           .payload = "payload", .payload_len = 7,
+                                           .version = version++, .due = rng_below(&r, 1000000) };
+        }
+        static struct chime__rec *order[PER];
+        for (int k = 0; k < PER; k++)
+            order[k] = &recs[k];
+        chime__rec_sort(order, PER);
+        struct chime__run_writer w;
+        CHECK_EQ(chime__run_begin(&w, fd, (uint64_t)i + 1, (uint64_t)i + 1, version), 0);
+        for (int k = 0; k < PER; k++)
+            CHECK_EQ(chime__run_add(&w, order[k]), 0);
+        CHECK_EQ(chime__run_commit(&w, &runs[i]), 0);
+        CHECK(runs[i]->nmarks > 10, "a run of %d records has a sparse index", PER);
+    }
+    /* Reopened from disk, a run reads the same; a range read returns exactly that range. */
+    char name[CHIME__NAME_MAX];
+    chime__run_name(name, 2, 2);
+    struct chime__run *again;
+    uint64_t bad;
+    CHECK_EQ(chime__run_open(fd, name, &again, &bad, NULL, NULL), 0);
+    CHECK_EQ(again->records, PER);
+    CHECK_EQ(again->nmarks, runs[1]->nmarks);
+    for (int t = 0; t < 20; t++) {
+        uint64_t from = rng_below(&r, 1000000), until = from + rng_below(&r, 100000);
+        struct chime__run_source src;
+        CHECK_EQ(chime__run_source_pending(&src, again, from, until), 0);
+        struct chime__rec got;
+        size_t n = 0;
+        uint64_t last = 0;
+        while (src.base.next(&src.base, &got) == 1) {
+            CHECK(got.due >= from && got.due < until && got.due >= last, "out of range or order");
+            last = got.due;
+            n++;
+        }
+        chime__run_source_free(&src);
+        size_t want = 0;
+        struct chime__run_source all;
+        CHECK_EQ(chime__run_source_all(&all, again), 0);
+        while (all.base.next(&all.base, &got) == 1)
+            want += got.due >= from && got.due < until;
+        chime__run_source_free(&all);
+        CHECK_EQ(n, want);
+    }
+    chime__run_unref(again);
+    /* Merged, the three are one run in order holding every record. */
+    struct chime__run_source srcs[RUNS];
+    struct chime__source *ptrs[RUNS];
+    for (int i = 0; i < RUNS; i++) {
+        CHECK_EQ(chime__run_source_all(&srcs[i], runs[i]), 0);
+        ptrs[i] = &srcs[i].base;
+    }
+    struct chime__run_writer w;
+    struct chime__run *merged;
+    CHECK_EQ(chime__run_begin(&w, fd, 1, RUNS, version), 0);
+    struct chime__collapse c;
+    chime__collapse_init(&c, CHIME__KEEP_RUN, 1, chime__run_emit, &w);
+    CHECK_EQ(chime__merge(ptrs, RUNS, &c), 0);
+    chime__collapse_free(&c);
+    CHECK_EQ(chime__run_commit(&w, &merged), 0);
+    CHECK_EQ(merged->records, (uint64_t)RUNS * PER);
+    for (int i = 0; i < RUNS; i++) {
+        chime__run_source_free(&srcs[i]);
+        chime__run_unref(runs[i]);
+    }
+    chime__run_unref(merged);
+    close(fd);
+    tmpdir_remove(dir);
+    free(dir);
+}
+
+static const struct tap_test tests[] = {
+    { "a_version_whose_put_and_kill_meet_leaves_nothing_and_fires_fold_in",
+      a_version_whose_put_and_kill_meet_leaves_nothing_and_fires_fold_in },
+    { "runs_read_back_by_due_range_and_merge_into_one", runs_read_back_by_due_range_and_merge_into_one },
+};
+
+int main(void)
+{
+    return tap_run(tests, (int)(sizeof tests / sizeof tests[0]));
+}

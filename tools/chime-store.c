@@ -1,0 +1,412 @@
+/*
+ * chime-store: look into a durable store's journal, so that an operator can audit and reconcile what
+ * a service holds. It only reads (it takes no lock, and changes nothing), so it may run beside the
+ * service; a file that a running service compacts away meanwhile makes it read again.
+ *
+ *   chime-store list DIR     pending timers by due time: due (UTC), due_ns, attempts, key, payload size
+ *   chime-store dead DIR     dead letters in the order they died, the same columns
+ *   chime-store count DIR    how many pending timers and dead letters
+ *   chime-store verify DIR   every file checked: its size, records, and the first damaged record if any
+ *
+ * Keys are printed as text, bytes outside printable ASCII (and backslash) as \xNN. Exit status: 0;
+ * 1 if the journal is damaged (open would refuse it) or could not be read; 2 for a usage error.
+ * The journal's format is lib/store/format.md.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chime.h"
+#include "store/format.h"
+#include "store/io.h"
+#include "store/merge.h"
+#include "store/reader.h"
+#include "store/run.h"
+
+/* ---- the journal's files, as open would see them (format.md, "Files") ---- */
+
+struct files {
+    uint64_t (*runs)[2];
+    size_t nruns;
+    uint64_t *segs;
+    size_t nsegs;
+    size_t cap_runs, cap_segs;
+};
+
+static int add_file(void *ctx, const char *name)
+{
+    struct files *f = ctx;
+    uint64_t lo, hi;
+    int kind = chime__parse_name(name, &lo, &hi);
+    if (kind == 1) {
+        if (f->nsegs == f->cap_segs && !(f->segs = realloc(f->segs, (f->cap_segs = f->cap_segs * 2 + 8) * sizeof *f->segs)))
+            return -ENOMEM;
+        f->segs[f->nsegs++] = lo;
+    } else if (kind == 2) {
+        if (f->nruns == f->cap_runs && !(f->runs = realloc(f->runs, (f->cap_runs = f->cap_runs * 2 + 8) * sizeof *f->runs)))
+            return -ENOMEM;
+        f->runs[f->nruns][0] = lo;
+        f->runs[f->nruns++][1] = hi;
+    }
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+    const uint64_t *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : (x[1] > y[1] ? -1 : x[1] < y[1]);
+}
+
+/* List the directory; keep the runs no other run contains and the segments above them. */
+static int list_files(int dir, struct files *f)
+{
+    memset(f, 0, sizeof *f);
+    int err = chime__io_list(dir, add_file, f);
+    if (err)
+        return err;
+    if (f->nruns)
+        qsort(f->runs, f->nruns, sizeof *f->runs, cmp_range);
+    if (f->nsegs)
+        qsort(f->segs, f->nsegs, sizeof *f->segs, cmp_u64);
+    size_t kept = 0;
+    for (size_t i = 0; i < f->nruns; i++)
+        if (!kept || f->runs[i][1] > f->runs[kept - 1][1])
+            memmove(f->runs[kept++], f->runs[i], sizeof *f->runs);
+    f->nruns = kept;
+    uint64_t covered = kept ? f->runs[kept - 1][1] : 0;
+    kept = 0;
+    for (size_t i = 0; i < f->nsegs; i++)
+        if (f->segs[i] > covered)
+            f->segs[kept++] = f->segs[i];
+    f->nsegs = kept;
+    return 0;
+}
+
+static void free_files(struct files *f)
+{
+    free(f->runs);
+    free(f->segs);
+}
+
+/* ---- reading the live records: runs merged with the segments, sorted in memory ---- */
+
+struct segments {
+    unsigned char **bufs;
+    size_t nbufs;
+    struct chime__rec *recs;
+    size_t n, cap;
+};
+
+/* Every whole record of the segments, flattened and sorted; reading stops at the first that is not
+ * whole (the torn tail open would cut; verify tells where). */
+static int read_segments(int dir, const struct files *f, struct segments *s)
+{
+    memset(s, 0, sizeof *s);
+    s->bufs = calloc(f->nsegs ? f->nsegs : 1, sizeof *s->bufs);
+    if (!s->bufs)
+        return -ENOMEM;
+    for (size_t i = 0; i < f->nsegs; i++) {
+        char name[CHIME__NAME_MAX];
+        chime__wal_name(name, f->segs[i]);
+        int fd;
+        uint64_t size;
+        struct chime__file_header h;
+        int err = chime__file_open(dir, name, &fd, &size, &h);
+        if (err == -EBADMSG)
+            break; /* a segment whose creation a crash cut: nothing after it */
+        if (err)
+            return err;
+        unsigned char *buf = malloc(size);
+        ssize_t got = buf ? chime__io_pread(fd, buf, size, 0) : -ENOMEM;
+        chime__io_close(fd);
+        if (got < 0) {
+            free(buf);
+            return (int)got;
+        }
+        s->bufs[s->nbufs++] = buf;
+        for (uint64_t off = CHIME__FILE_HEADER; off < (uint64_t)got;) {
+            struct chime__rec r;
+            uint32_t len = 0;
+            if (chime__rec_decode(buf + off, (uint64_t)got - off, &r, &len) != CHIME__REC_WHOLE)
+                return 0; /* the end, or a torn tail */
+            if (s->n + 3 > s->cap) {
+                s->cap = s->cap * 2 + 1024;
+                if (!(s->recs = realloc(s->recs, s->cap * sizeof *s->recs)))
+                    return -ENOMEM;
+            }
+            s->n += (size_t)chime__rec_flatten(&r, s->recs + s->n);
+            off += len;
+        }
+    }
+    return 0;
+}
+
+static void free_segments(struct segments *s)
+{
+    for (size_t i = 0; i < s->nbufs; i++)
+        free(s->bufs[i]);
+    free(s->bufs);
+    free(s->recs);
+}
+
+/* Merge everything the journal holds, collapsed to live PUT and DEAD records, in run order. */
+static int read_live(int dir, chime__emit_fn *emit, void *ctx)
+{
+    struct files f;
+    struct segments segs;
+    int err = list_files(dir, &f);
+    if (err)
+        return err;
+    err = read_segments(dir, &f, &segs);
+    struct chime__run **runs = calloc(f.nruns + 1, sizeof *runs);
+    struct chime__run_source *srcs = calloc(f.nruns + 1, sizeof *srcs);
+    struct chime__source **ptrs = calloc(f.nruns + 1, sizeof *ptrs);
+    size_t opened = 0;
+    if (!err && (!runs || !srcs || !ptrs))
+        err = -ENOMEM;
+    for (; !err && opened < f.nruns; opened++) {
+        char name[CHIME__NAME_MAX];
+        uint64_t bad;
+        chime__run_name(name, f.runs[opened][0], f.runs[opened][1]);
+        err = chime__run_open(dir, name, &runs[opened], &bad, NULL, NULL);
+        if (!err)
+            err = chime__run_source_all(&srcs[opened], runs[opened]);
+        if (err && runs[opened])
+            chime__run_unref(runs[opened]);
+        ptrs[opened] = &srcs[opened].base;
+    }
+    if (err && opened)
+        opened--;
+    struct chime__rec **order = malloc((segs.n + 1) * sizeof *order);
+    if (!err && !order)
+        err = -ENOMEM;
+    if (!err) {
+        struct chime__array_source a;
+        for (size_t i = 0; i < segs.n; i++)
+            order[i] = &segs.recs[i];
+        chime__rec_sort(order, segs.n);
+        chime__array_source_init(&a, order, segs.n);
+        ptrs[opened] = &a.base;
+        struct chime__collapse c;
+        chime__collapse_init(&c, CHIME__KEEP_LIVE, 1, emit, ctx);
+        if (!err)
+            err = chime__merge(ptrs, opened + 1, &c);
+        chime__collapse_free(&c);
+    }
+    for (size_t i = 0; i < opened; i++) {
+        chime__run_source_free(&srcs[i]);
+        chime__run_unref(runs[i]);
+    }
+    free(runs);
+    free(srcs);
+    free(ptrs);
+    free(order);
+    free_segments(&segs);
+    free_files(&f);
+    return err;
+}
+
+/* A read that met a file a running service removed meanwhile is started again. */
+static int read_live_retrying(int dir, chime__emit_fn *emit, void *ctx, int *restarts)
+{
+    int err = -ENOENT;
+    for (int tries = 0; err == -ENOENT && tries < 5; tries++) {
+        if (tries)
+            (*restarts)++;
+        err = read_live(dir, emit, ctx);
+    }
+    return err;
+}
+
+/* ---- the commands ---- */
+
+static void print_key(FILE *out, const unsigned char *k, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (k[i] >= 0x21 && k[i] < 0x7f && k[i] != '\\')
+            fputc(k[i], out);
+        else
+            fprintf(out, "\\x%02x", k[i]);
+}
+
+struct listing {
+    int dead; /* 0: pending timers; 1: dead letters */
+    uint64_t pending, deads;
+    int count_only;
+};
+
+static int print_one(void *ctx, const struct chime__rec *r)
+{
+    struct listing *l = ctx;
+    int dead = r->type == CHIME__DEAD;
+    l->pending += !dead;
+    l->deads += dead;
+    if (l->count_only || dead != l->dead)
+        return 0;
+    time_t secs = (time_t)(r->due / 1000000000u);
+    struct tm tm;
+    char when[32] = "-";
+    if (gmtime_r(&secs, &tm))
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    printf("%s %" PRIu64 " %" PRIu32 " ", when, r->due, r->attempt);
+    print_key(stdout, r->key, r->key_len);
+    printf(" %" PRIu32 "\n", r->payload_len);
+    return 0;
+}
+
+static int cmd_read(int dir, int dead, int count_only)
+{
+    struct listing l = { .dead = dead, .count_only = count_only };
+    int restarts = 0;
+    if (!count_only)
+        printf("# %s\n", dead ? "dead letters, in the order they died: due due_ns attempts key payload-bytes"
+                              : "pending timers by due time: due due_ns attempts key payload-bytes");
+    int err = read_live_retrying(dir, print_one, &l, &restarts);
+    if (err) {
+        fprintf(stderr, "chime-store: %s\n", chime_strerror(err));
+        return 1;
+    }
+    if (count_only)
+        printf("pending %" PRIu64 "\ndead %" PRIu64 "\n", l.pending, l.deads);
+    if (restarts)
+        fprintf(stderr, "chime-store: the journal changed while it was read (a running service); "
+                        "read again %d time(s)\n", restarts);
+    return 0;
+}
+
+/* verify: one line per file, then a verdict. Return: 0 the journal opens; 1 it is damaged. */
+static int cmd_verify(int dir)
+{
+    struct files f;
+    int err = list_files(dir, &f);
+    if (err) {
+        fprintf(stderr, "chime-store: %s\n", chime_strerror(err));
+        return 1;
+    }
+    uint64_t total = 0, records = 0;
+    int damaged = 0, torn = 0;
+    for (size_t i = 0; i < f.nruns; i++) {
+        char name[CHIME__NAME_MAX];
+        struct chime__run *r;
+        uint64_t bad;
+        chime__run_name(name, f.runs[i][0], f.runs[i][1]);
+        err = chime__run_open(dir, name, &r, &bad, NULL, NULL);
+        if (err) {
+            printf("%s: DAMAGED at offset %" PRIu64 ": %s\n", name, bad, chime_strerror(err));
+            damaged = 1;
+            continue;
+        }
+        printf("%s: %" PRIu64 " bytes, %" PRIu64 " records, ok\n", name, r->size, r->records);
+        total += r->size;
+        records += r->records;
+        chime__run_unref(r);
+    }
+    for (size_t i = 0; i < f.nsegs; i++) {
+        char name[CHIME__NAME_MAX];
+        chime__wal_name(name, f.segs[i]);
+        int fd;
+        uint64_t size, n = 0;
+        struct chime__file_header h;
+        err = chime__file_open(dir, name, &fd, &size, &h);
+        if (err) {
+            printf("%s: header not whole (%s)\n", name, chime_strerror(err));
+            torn = 1;
+            continue;
+        }
+        struct chime__reader rd;
+        struct chime__rec rec;
+        int got = chime__reader_init(&rd, fd, CHIME__FILE_HEADER, size);
+        while (!got && (got = chime__reader_next(&rd, &rec)) == 1) {
+            n++;
+            got = 0;
+        }
+        if (got < 0 && got != -EBADMSG)
+            printf("%s: %s\n", name, chime_strerror(got));
+        else if (got == -EBADMSG)
+            printf("%s: %" PRIu64 " bytes, %" PRIu64 " records, then not a whole record at offset %"
+                   PRIu64 "\n", name, size, n, rd.off);
+        else
+            printf("%s: %" PRIu64 " bytes, %" PRIu64 " records, ok\n", name, size, n);
+        if (got == -EBADMSG) {
+            /* A torn tail if no later segment holds a whole record (format.md); else damage. */
+            if (torn)
+                damaged = 1;
+            torn = 1;
+        } else if (torn && n) {
+            damaged = 1; /* whole records after a cut: the cut was damage */
+        }
+        total += size;
+        records += n;
+        chime__reader_free(&rd);
+        chime__io_close(fd);
+    }
+    printf("total: %zu runs, %zu segments, %" PRIu64 " bytes, %" PRIu64 " records\n", f.nruns,
+           f.nsegs, total, records);
+    if (damaged)
+        printf("DAMAGED: open refuses this journal (-EBADMSG); the first damage is named above\n");
+    else if (torn)
+        printf("ok, with a torn tail: open cuts it at the last whole record (a crash cut a write "
+               "that was never reported durable)\n");
+    else
+        printf("ok\n");
+    free_files(&f);
+    return damaged;
+}
+
+struct command {
+    const char *name;
+    const char *help;
+    int (*run)(int dir);
+};
+
+static int run_list(int dir) { return cmd_read(dir, 0, 0); }
+static int run_dead(int dir) { return cmd_read(dir, 1, 0); }
+static int run_count(int dir) { return cmd_read(dir, 0, 1); }
+
+/* Subcommands on a journal directory. A backend with other ways in (issue 11: --postgres CONNINFO)
+ * adds its options before the command and its commands here. */
+static const struct command commands[] = {
+    { "list", "pending timers by due time", run_list },
+    { "dead", "dead letters in the order they died", run_dead },
+    { "count", "how many pending timers and dead letters", run_count },
+    { "verify", "check every file; name the first damaged record", cmd_verify },
+};
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: chime-store COMMAND DIR\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(stderr, "  %-7s %s\n", commands[i].name, commands[i].help);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3)
+        return usage();
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name))
+            continue;
+        int dir = chime__io_open_dir(argv[2]);
+        if (dir < 0) {
+            fprintf(stderr, "chime-store: %s: %s\n", argv[2], chime_strerror(dir));
+            return 1;
+        }
+        int rc = commands[i].run(dir);
+        chime__io_close(dir);
+        return rc;
+    }
+    return usage();
+}
