@@ -308,8 +308,8 @@ size_t chime__levels_advance(struct chime__levels *L, uint64_t now, size_t limit
 /* The next time anything happens (see chime_wheel_next). Return: 0, or -ENOENT if nothing is held. */
 int chime__levels_next(const struct chime__levels *L, uint64_t *when);
 
-/* Walk everything and verify the invariants (levels.c). nodes_limit: indices below it are nodes.
- * Return: NULL, or a static description of the first that fails. O(live + dead + bitmap words). */
+/* Walk everything and verify the invariants (levels_check.c). nodes_limit: indices below it are
+ * nodes. Return: NULL, or a static description of the first that fails. O(live + dead + bitmap words). */
 const char *chime__levels_check(const struct chime__levels *L, uint32_t nodes_limit);
 
 /* Walk every slot of every level, bits clear included: nothing held where no bit says so.
