@@ -83,6 +83,11 @@ static void refill(struct chime__records *r, unsigned s)
     size_t want = 2 * r->demand > CHIME__REC_CHUNK ? 2 * r->demand : CHIME__REC_CHUNK, pushed = 0;
     uint32_t top = chunks_top(r);
     for (uint32_t c = r->low_free; c < top && pushed < want; c++) {
+        /* A FRESH chunk holds no list, and a producer growing the pool may be writing its fields:
+         * read them only once its state says USED (chunk_state's acquire pairs with growth's
+         * release, after its writes). */
+        if (chunk_state(r, c) != USED)
+            continue;
         struct chime__chunk *ch = &r->chunk[c];
         if (!ch->nfree)
             continue;

@@ -14,7 +14,8 @@ enum { FRESH, USED };
 
 /* Per chunk. state: FRESH -> USED by growth, USED -> FRESH by release, both under grow_lock (growth
  * looks for a FRESH chunk). Everything else is the advancing thread's, set by growth for a FRESH
- * chunk before its records can reach that thread. */
+ * chunk before its records can reach that thread; a walk over the chunks (refill, release) reads
+ * those fields only once chunk_state has said USED, since growth may be writing a FRESH one's. */
 struct chime__chunk {
     _Atomic uint8_t state;
     uint32_t live;           /* records known and not given back */
@@ -22,12 +23,6 @@ struct chime__chunk {
     uint32_t f_first, f_last;
     uint32_t gen_max;        /* the highest generation a record of this chunk has had */
 };
-
-/* The stack's head word: index of the top record, a closed flag, and a tag that changes on every
- * successful update so that a pop that read a stale top fails its compare-and-swap (ABA). */
-#define HEAD_IDX(h) ((uint32_t)(h))
-#define HEAD_CLOSED (UINT64_C(1) << 32)
-#define HEAD_NEXT_TAG(h) ((((h) >> 33) + 1) << 33)
 
 /* The stack's head word: index of the top record, a closed flag, and a tag that changes on every
  * successful update so that a pop that read a stale top fails its compare-and-swap (ABA). */
