@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 // The threaded runtime's workloads: schedule throughput from 1 and 2 producers, churn at 10^6 pending
-// timers, a burst's firing lateness at two ticks, idle CPU and wake-ups, memory through storms and
-// bursts, and bytes per pending timer.
+// timers, a burst's firing lateness at two ticks (and, as its floor, a plain thread's wake-up
+// lateness), idle CPU and wake-ups, memory through storms and bursts, and bytes per pending timer.
 //
 // Unlike the wheel's workloads these run against the real clock and real threads, one iteration per
 // repetition (each is a second or so of work); the figures each repetition measures are noted and the
@@ -10,6 +10,7 @@
 #include <benchmark/benchmark.h>
 #include <dirent.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -292,6 +293,38 @@ void BM_runtime_burst(benchmark::State &st) {
   st.SetItemsProcessed(int64_t(st.iterations() * kShots));
 }
 
+// ---- the machine's own wake-up lateness ----
+
+// The floor under the burst's lateness: a plain thread (no chime), its timer slack 1 ns as the
+// advancing thread's, sleeps with clock_nanosleep to 5000 absolute deadlines 100 us apart (1 to
+// 500 ms from the start, as the burst's) and notes how late it woke for each. On a shared or
+// loaded machine this is how late any thread that sleeps until a deadline wakes; a runtime cannot
+// fire earlier after its deadline than its thread wakes.
+void BM_runtime_sleeper(benchmark::State &st) {
+  constexpr size_t kWakes = 5000;
+  for (auto _ : st) {
+    std::vector<double> late(kWakes);
+    uint64_t start = mono_ns();
+    std::thread th([&] {
+      prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+      for (size_t k = 0; k < kWakes; k++) {
+        uint64_t deadline = start + kMs + k * (kMs / 10);
+        timespec ts{time_t(deadline / 1000000000u), long(deadline % 1000000000u)};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) != 0) {
+        }
+        late[k] = double(mono_ns() - deadline) / 1e3;
+      }
+    });
+    th.join();
+    st.SetIterationTime(double(mono_ns() - start) / 1e9);
+    std::sort(late.begin(), late.end());
+    const std::string what = "a plain thread sleeping to 5000 deadlines over 1-500 ms: wake-up lateness ";
+    note(st, "sleeper_p50_us", what + "p50 (us)", late[kWakes / 2]);
+    note(st, "sleeper_p99_us", what + "p99 (us)", late[kWakes * 99 / 100]);
+    note(st, "sleeper_max_us", what + "max (us)", late.back());
+  }
+}
+
 // ---- idle ----
 
 // Context switches of every thread of this process but the caller's: each is one wake-up (or a
@@ -435,6 +468,7 @@ void register_runtime_benchmarks() {
   add("BM_runtime_burst", {"tick_us", "pending"}, {1000, 0}, BM_runtime_burst, kScenario);
   add("BM_runtime_burst", {"tick_us", "pending"}, {100, 0}, BM_runtime_burst, kScenario);
   if (full()) add("BM_runtime_burst", {"tick_us", "pending"}, {1000, 1000000}, BM_runtime_burst, kScenario);
+  add("BM_runtime_sleeper", {}, {}, BM_runtime_sleeper, kScenario);
   add("BM_runtime_idle", {"pending"}, {quick() ? 100000 : 1000000}, BM_runtime_idle, kScenario);
   add("BM_runtime_memory", {"timers"}, {full() ? 10000000 : 1000000}, BM_runtime_memory, kScenario);
   for (int64_t n : quick() ? std::vector<int64_t>{100000} : full() ? std::vector<int64_t>{1000000, 10000000} : std::vector<int64_t>{1000000})
