@@ -14,6 +14,7 @@ CHIME_API const char *chime_strerror(int err)
     case -ESHUTDOWN: return "timer is stopped";
     case -EDEADLK: return "would deadlock: called from a callback";
     case -ERANGE: return "deadline beyond the clock's range";
+    case -ECHILD: return "a thread could not be started";
     /* the durable store's */
     case -EBUSY: return "the store's directory is open in another process (or store)";
     case -EINPROGRESS: return "the timer's handler is running: it cannot be cancelled";

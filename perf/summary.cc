@@ -96,7 +96,7 @@ const std::pair<const char *, const char *> kUnits[] = {
 // Columns in this order, where present.
 const char *const kStructures[] = {"wheel", "heap", "list", "heap_2ary", "heap_4ary", "idheap"};
 // The runtime's figures in this order (by key prefix), each group in key order.
-const char *const kRuntimeOrder[] = {"schedule_", "churn_", "burst_", "idle_", "memory_", "bytes_"};
+const char *const kRuntimeOrder[] = {"schedule_", "clock_", "churn_", "burst_", "sleeper_", "idle_", "memory_", "bytes_"};
 
 std::string cell(double v, const char *fmt) {
   if (v < 0) return "-";

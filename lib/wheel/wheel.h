@@ -6,6 +6,11 @@
 
 #include "chime.h"
 
+/* Resolve a layout as chime_wheel_new() does: levels 0 becomes the default layout (start kept).
+ * Return: 0, or -EINVAL for a layout chime_wheel_new() rejects. (The threaded runtime builds its
+ * levels from the same configuration.) */
+int chime__wheel_config(struct chime_wheel_config *c);
+
 /*
  * Advance towards now as chime_wheel_advance() does, but stop once `limit` callbacks have run (for the
  * threaded runtime, which works through a firing storm in bounded batches). *done is set to whether
