@@ -426,6 +426,21 @@ CHIME_API uint64_t chime_timer_now(const chime_timer *t);
  *     put, cancel, sync and dead-letter call returns that error until the store is closed and opened
  *     again (an fsync error cannot be retried safely: the kernel may have dropped the data it failed
  *     to write). Recovery on the next open keeps everything that had been reported durable.
+ *
+ * Durable timers on PostgreSQL. With cfg->postgres set, timers live in a PostgreSQL database (schema
+ * `chime`, created once by `chime-store --postgres CONNINFO init`) that every process opening it
+ * shares; the contract above holds across them. Any process (node) puts and cancels any key; each
+ * key hashes to a shard, and a shard's timers are fired by its owner, the node holding its lease.
+ * Leases expire by the database's clock; a node that dies or is paused past lease_ns loses its
+ * shards to the others, which fire its pending and unacknowledged timers (attempt + 1). Every
+ * firing, acknowledgement and retry is checked against the lease's epoch in the same transaction, so
+ * a node that comes back from a pause cannot record them in its old epoch; a handler already past
+ * its start when the pause began runs on, which is what chime_fire.fence is for. With
+ * CHIME_SYNC_EACH a put or cancel returns once its transaction committed (one commit serves every
+ * thread waiting on that connection: four per process). A lost connection or a restarted server is
+ * retried, not an error: calls wait for it. -EIO then means the database rejected chime's
+ * statements (a damaged or foreign schema). docs/design.md, "Durable timers on PostgreSQL", says
+ * more; the fields are in struct chime_store_config.
  */
 
 typedef struct chime_store chime_store;
@@ -444,7 +459,8 @@ enum chime_sync {
 
 struct chime_store_config {            /* zero fields mean the defaults */
     const char *path;                  /* directory of the journal; created if absent (not its
-                                          parents); one process at a time. Required */
+                                          parents); one process at a time. Required,
+                                          unless postgres is set */
     enum chime_sync sync;              /* 0 = CHIME_SYNC_EACH */
     uint64_t sync_interval_ns;         /* 0 = 1 ms; CHIME_SYNC_INTERVAL only */
     uint64_t horizon_ns;               /* timers due later than now + horizon are kept on disk only;
@@ -456,6 +472,20 @@ struct chime_store_config {            /* zero fields mean the defaults */
                                           sends it to the dead letters instead; 0 = 10 */
     struct chime_timer_config runtime; /* tick and workers on which handlers run (as chime_timer_new;
                                           max_pending is ignored) */
+    /* PostgreSQL (see "Durable timers on PostgreSQL" below; the journal ignores these fields). */
+    const char *postgres;              /* a libpq connection string ("host=db dbname=app"): when set,
+                                          timers live in that database, in the schema `chime` that
+                                          `chime-store --postgres CONNINFO init` created, and every
+                                          process that opens it shares them; path is then unused */
+    const char *node;                  /* this process's name in the cluster (at most 63 bytes);
+                                          NULL = host name and pid. Two live processes must not share
+                                          one (their leases would be one) */
+    unsigned shards;                   /* fixed when the schema is created (chime-store init
+                                          --shards); 0 = the schema's. Any other value must equal it
+                                          (else open fails with -EINVAL) */
+    uint64_t lease_ns;                 /* how long a shard's owner may go silent before another node
+                                          takes it over; 0 = 10 s; at least 200 ms (smaller values
+                                          are raised to it) */
 };
 
 /* One firing, as the handler (and a dead-letter listing) sees it. The pointers are valid only during
@@ -471,6 +501,12 @@ struct chime_fire {
                                fired but not acknowledged (a firing is recorded 2 ms before its due
                                time: a crash in those 2 ms counts it though the handler never ran).
                                For a dead letter: the firings made */
+    uint64_t fence;         /* the fencing token of this firing: 0 with the journal; with
+                               PostgreSQL, epoch << 16 | shard, where epoch is the lease under which
+                               the firing was recorded. For one key it only grows from one owner to
+                               the next, so a downstream system that remembers the greatest fence it
+                               has seen for a key and refuses smaller ones shuts out a node that was
+                               paused past its lease. 0 for a dead letter */
 };
 
 /* What a handler returns: 0 = done (acknowledged; removed for good). > 0 = fire again after that many
@@ -493,16 +529,25 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  * is lost.
  * @out: receives the store; untouched on error.  @handler: called for every firing; @ctx is its first
  * argument.
- * Return: 0; -EINVAL if out, cfg, cfg->path or handler is NULL, cfg->sync is not a chime_sync, or the
- *         runtime config is invalid (as chime_timer_new); -EBUSY if another process (or another open
- *         store in this one) has the directory open; -EBADMSG if the journal is damaged other than by a
- *         torn tail (a checksum fails in a file that had been completely written: run `chime-store
- *         verify` on the directory); -ENOMEM; -EIO, -ENOSPC, or another negative errno from the file
- *         system (-EACCES, -ENOTDIR, ...); -ECHILD if a thread could not be started.
+ * Return: 0; -EINVAL if out, cfg or handler is NULL, cfg->path and cfg->postgres are both NULL,
+ *         cfg->sync is not a chime_sync, or the runtime config is invalid (as chime_timer_new);
+ *         -EBUSY if another process (or another open store in this one) has the directory open;
+ *         -EBADMSG if the journal is damaged other than by a torn tail (a checksum fails in a file
+ *         that had been completely written: run `chime-store verify` on the directory); -ENOMEM;
+ *         -EIO, -ENOSPC, or another negative errno from the file system (-EACCES, -ENOTDIR, ...);
+ *         -ECHILD if a thread could not be started.
+ *         With cfg->postgres: -ENOTSUP if this build has no PostgreSQL support (libpq);
+ *         -ECONNREFUSED if the database cannot be reached (open does not wait for it); -ENOENT if it
+ *         has no schema `chime` (run chime-store --postgres CONNINFO init); -EPROTO if the schema is
+ *         another version; -EINVAL also if cfg->shards differs from the schema's or cfg->node is
+ *         empty or over 63 bytes; -EBUSY if a live process already uses cfg->node; -EIO if the
+ *         database rejects chime's statements.
  * Complexity: O(records in the journal) to replay: the journal is read once (1.2 to 1.7 M records/s
  *             on a loaded 2-core VM: 10^7 timers in 7 to 9 s; see docs/perf.md); plus O(timers due
  *             within the horizon) to load them. The key index is rebuilt in memory during the open
- *             (about 50 bytes a key: 513 MB for 10^7 keys), then moved to a file.
+ *             (about 50 bytes a key: 513 MB for 10^7 keys), then moved to a file. With PostgreSQL: a
+ *             few connections (ten per node), one lease round (which takes this node's share of
+ *             the free shards), and a read of the owned shards' timers due within the horizon.
  * Thread safety: any thread.
  */
 CHIME_API int chime_store_open(chime_store **out, const struct chime_store_config *cfg,
@@ -618,8 +663,12 @@ struct chime_store_stats {
 
 /*
  * Read the store's counters (a snapshot: each is exact at some moment during the call). A NULL s or
- * out is a no-op.
- * Complexity: O(files in the journal's directory, a few dozen): journal_bytes is read from it.
+ * out is a no-op. With PostgreSQL, pending, dead and journal_bytes (the schema's size) come from a
+ * count that the node runs in the database while stats are being asked for, at most every 500 ms:
+ * they may be that much older, and the first call after a quiet spell returns the last count (0
+ * before any).
+ * Complexity: O(files in the journal's directory, a few dozen): journal_bytes is read from it. With
+ *             PostgreSQL, O(1) here, and O(pending keys) in the database every 500 ms at most.
  * Thread safety: any thread, handlers included.
  */
 CHIME_API void chime_store_stats(const chime_store *s, struct chime_store_stats *out);

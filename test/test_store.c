@@ -596,7 +596,7 @@ static void a_firing_the_dispatcher_took_is_not_cancelled_before_the_backend_mar
     static const struct chime__sink none = { NULL, NULL, NULL, NULL };
     struct chime__backend *b;
     CHECK_EQ(chime__journal_ops.open(&b, &cfg, &none), 0);
-    struct chime__put p = { "k", 1, "x", 1, wall_ns() + 3600 * SEC, 0, 0 };
+    struct chime__put p = { "k", 1, "x", 1, wall_ns() + 3600 * SEC, 0, 0, 0 };
     struct chime__put_result res;
     struct chime__ref victim;
     uint64_t ticket;

@@ -45,7 +45,7 @@ static void build(void)
         char key[8], payload[40];
         snprintf(key, sizeof key, "k%d", i);
         int n = snprintf(payload, sizeof payload, "payload of %d %.*s", i, i % 17, "xxxxxxxxxxxxxxxxx");
-        struct chime__put p = { key, strlen(key), payload, (size_t)n, wall_ns() + 3600 * SEC, 0, 0 };
+        struct chime__put p = { key, strlen(key), payload, (size_t)n, wall_ns() + 3600 * SEC, 0, 0, 0 };
         struct chime__put_result res;
         uint64_t ticket;
         CHECK_EQ(chime__journal_ops.put(b, &p, &res, &ticket), 0);

@@ -7,6 +7,8 @@
  *   chime-store dead DIR     dead letters in the order they died, the same columns
  *   chime-store count DIR    how many pending timers and dead letters
  *   chime-store verify DIR   every file checked: its size, records, and the first damaged record if any
+ *   chime-store --postgres CONNINFO init|status|count|list|dead   the PostgreSQL backend's schema and
+ *                            contents (chime-store-pg.c)
  *
  * Keys are printed as text, bytes outside printable ASCII (and backslash) as \xNN. Exit status: 0;
  * 1 if the journal is damaged (open would refuse it) or could not be read; 2 for a usage error.
@@ -386,14 +388,27 @@ static const struct command commands[] = {
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: chime-store COMMAND DIR\n");
+    fprintf(stderr, "usage: chime-store COMMAND DIR\n"
+                    "       chime-store --postgres CONNINFO init|status|count|list|dead\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(stderr, "  %-7s %s\n", commands[i].name, commands[i].help);
     return 2;
 }
 
+#ifdef CHIME_STORE_TOOL_PG
+int chime_store_pg_main(const char *conninfo, int argc, char **argv); /* chime-store-pg.c */
+#endif
+
 int main(int argc, char **argv)
 {
+    if (argc >= 3 && !strcmp(argv[1], "--postgres")) {
+#ifdef CHIME_STORE_TOOL_PG
+        return chime_store_pg_main(argv[2], argc - 3, argv + 3);
+#else
+        fprintf(stderr, "chime-store: this build has no PostgreSQL support (libpq)\n");
+        return 1;
+#endif
+    }
     if (argc != 3)
         return usage();
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {

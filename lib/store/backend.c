@@ -4,6 +4,5 @@
 
 const struct chime__backend_ops *chime__backend_for(const struct chime_store_config *cfg)
 {
-    (void)cfg;
-    return &chime__journal_ops;
+    return cfg->postgres ? &chime__pg_ops : &chime__journal_ops;
 }

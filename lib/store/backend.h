@@ -16,9 +16,13 @@
  *            requeue). Versions of one key only grow; the logic compares versions of the same key and
  *            nothing else. 0 is never a version.
  *   fence    the backend's proof that this process may fire the timer (for PostgreSQL, the epoch of
- *            the lease on the timer's shard when it was handed over; the journal always uses 0). The
- *            logic keeps it with the timer and passes it back on fire, ack, bury and retry.
- *   ref      {version, fence}: the timer the logic is talking about.
+ *            the lease on the timer's shard when it was handed over, with the shard; the journal always
+ *            uses 0). The logic keeps it with the timer and passes it back on fire, ack, bury and
+ *            retry. For one key, fences only grow too (a shard's epochs do).
+ *   ref      {version, fence}: the timer the logic is talking about. Of two refs of one key the newer
+ *            is the one with the greater version, or with the same version and the greater fence
+ *            (the same timer handed over again under a newer lease: a node that lost a shard and took
+ *            it back must fire it again even while its stale firing still runs).
  *   attempt  firings recorded so far. A timer is put with 0; fire() records firing number attempt+1
  *            before its handler starts, so a restart that finds it unacknowledged fires it with
  *            attempt + 1.
@@ -64,8 +68,14 @@ struct chime__backend; /* one open backend; its layout is the backend's own */
 
 struct chime__ref {
     uint64_t version; /* never 0 for a timer that exists */
-    uint64_t fence;   /* opaque to the logic */
+    uint64_t fence;   /* opaque to the logic, but ordered for one key (see VOCABULARY) */
 };
+
+/* Whether a names the same timer as b or a newer one (two refs of the same key; see VOCABULARY). */
+static inline int chime__ref_at_least(const struct chime__ref *a, const struct chime__ref *b)
+{
+    return a->version > b->version || (a->version == b->version && a->fence >= b->fence);
+}
 
 /* A timer (or a dead letter) as a backend hands it over. The pointers are valid during the call. */
 struct chime__timer {
@@ -112,10 +122,18 @@ struct chime__put {
     uint64_t if_version;     /* 0: replace whatever is pending for the key. Otherwise (a retry): only
                                 if the key's pending timer is this version, else -ESTALE and nothing
                                 is written */
+    uint64_t if_fence;       /* with if_version: the fence of the firing that asks for the retry; a
+                                backend that fences (PostgreSQL) refuses a retry whose fence is no
+                                longer valid (-ESTALE), as it refuses its ack */
 };
 
 struct chime__put_result {
-    struct chime__ref ref;      /* the new timer */
+    struct chime__ref ref;      /* the new timer. Version 0 for a user's put (if_version 0) means the
+                                   backend cannot tell its version before the put is committed
+                                   (PostgreSQL): the logic then keeps no entry for it, and the backend
+                                   hands it over through sink->arm once it is recorded, if this process
+                                   owns it and it is due before `loaded` (counting a load that has
+                                   begun) */
     struct chime__ref replaced; /* the pending timer it replaced, version 0 if none */
     int owned;                  /* 1 if this process fires the new timer, so the logic arms it when it
                                    is due before `loaded`; 0 if another node owns its key (PostgreSQL) */
@@ -235,7 +253,9 @@ struct chime__backend_ops {
     /* Wait until everything recorded before the call is durable. Return: 0; -EIO, -ENOSPC. */
     int (*sync)(struct chime__backend *b);
 
-    /* Whether a fence handed over earlier is still valid. NULL means always (the journal). */
+    /* Whether a fence handed over earlier is still valid. NULL means always (the journal). The logic
+     * asks before a handler starts, too: a handler whose fence has lapsed (the process was paused
+     * past its lease) does not start (the shard's new owner fires the timer again). */
     int (*fence_valid)(struct chime__backend *b, uint64_t fence);
 
     /* Counters (a snapshot). */
@@ -251,7 +271,10 @@ struct chime__backend_ops {
 /* The embedded journal (journal.c). */
 extern const struct chime__backend_ops chime__journal_ops;
 
-/* The backend cfg asks for (backend.c): the journal, unless a future field names another. */
+/* PostgreSQL (pg/backend.c; without libpq, pg/none.c, whose open returns -ENOTSUP). */
+extern const struct chime__backend_ops chime__pg_ops;
+
+/* The backend cfg asks for (backend.c): PostgreSQL when cfg->postgres is set, else the journal. */
 const struct chime__backend_ops *chime__backend_for(const struct chime_store_config *cfg);
 
 #endif /* CHIME_STORE_BACKEND_H */

@@ -157,7 +157,7 @@ static void finish(struct chime_store *s, struct hot *e, int64_t rc)
     } else if (rc > 0 && e->attempt < s->cfg.max_attempts) {
         uint64_t now = s->wall(), due = now + (uint64_t)rc < now ? UINT64_MAX : now + (uint64_t)rc;
         struct chime__put put = { key, e->key_len, payload, e->payload_len, due, e->attempt,
-                                  e->ref.version };
+                                  e->ref.version, e->ref.fence };
         struct chime__put_result res;
         uint64_t ticket; /* a retry, like an ack, is not waited for (D3) */
         if (s->ops->put(s->b, &put, &res, &ticket) == 0) {
@@ -232,8 +232,15 @@ static void run_handler(void *arg)
         return;
     }
     pthread_mutex_unlock(&st->lock);
+    /* A fence that lapsed since the firing was recorded (the process was paused past its lease, a
+     * shard was lost): the shard's new owner fires the timer again, and starting it here would act
+     * in a stale epoch. (A handler that has started runs on; its outcome is then refused.) */
+    if (s->ops->fence_valid && !s->ops->fence_valid(s->b, e->ref.fence)) {
+        chime__store_abandon(s, e);
+        return;
+    }
     struct chime_fire f = { e->data, e->key_len, e->data + e->key_len, e->payload_len, e->due_ns,
-                            e->attempt };
+                            e->attempt, e->ref.fence };
     tls_handler_store = s;
     int64_t rc = s->handler(s->ctx, &f);
     tls_handler_store = NULL;

@@ -90,6 +90,10 @@ static int normalise(struct chime_store_config *c, const struct chime_store_conf
     if (!c->max_attempts)
         c->max_attempts = DEFAULT_ATTEMPTS;
     c->runtime.max_pending = 0; /* a full runtime would leave durable timers unarmed */
+    if (c->postgres) { /* the backend copies what it keeps of its fields; path is unused */
+        c->path = NULL;
+        return 0;
+    }
     size_t n = strlen(in->path) + 1;
     char *path = malloc(n);
     if (!path)
@@ -137,7 +141,7 @@ static void unfired(void *arg)
 CHIME_API int chime_store_open(chime_store **out, const struct chime_store_config *cfg,
                                chime_handler *handler, void *ctx)
 {
-    if (!out || !cfg || !cfg->path || !handler)
+    if (!out || !cfg || (!cfg->path && !cfg->postgres) || !handler)
         return -EINVAL;
     struct chime_store *s = calloc(1, sizeof *s);
     if (!s)

@@ -143,8 +143,8 @@ void chime__store_install(struct chime_store *s, struct hot_stripe *st, uint64_t
 {
     struct hot *p, *r;
     chime__store_find(st, hash, t->key, t->key_len, &p, &r);
-    if ((p && p->ref.version >= t->ref.version) || (r && r->ref.version >= t->ref.version))
-        return; /* the table holds this version or a newer one */
+    if ((p && chime__ref_at_least(&p->ref, &t->ref)) || (r && chime__ref_at_least(&r->ref, &t->ref)))
+        return; /* the table holds this timer (under this fence) or a newer one */
     if (check_tombs && chime__store_tombstoned(s, t->key, t->key_len))
         return; /* changed while the load ran: the change is what counts (keeper.c) */
     if (t->attempt >= s->cfg.max_attempts) {
@@ -247,13 +247,19 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
     struct hot *e = hot ? chime__store_entry(s, hash, key, key_len, payload, payload_len) : NULL;
     struct hot *p, *r;
     chime__store_find(st, hash, key, key_len, &p, &r);
-    struct chime__put put = { key, key_len, payload, payload_len, due_ns, 0, 0 };
+    struct chime__put put = { key, key_len, payload, payload_len, due_ns, 0, 0, 0 };
     struct chime__put_result res;
     err = hot && !e ? -ENOMEM : s->ops->put(s->b, &put, &res, &ticket);
     if (!err) {
         if (p)
             chime__store_drop(s, st, p);
-        if (!e && res.owned && due_ns < chime__store_limit(s, &loading)) {
+        if (!res.ref.version) {
+            /* Deferred (backend.h, chime__put_result): the backend arms it once it is recorded. No
+             * tomb: a load may hand over what the backend holds, the old version at worst, which
+             * the arm replaces or the backend refuses to fire. */
+            free(e);
+            e = NULL;
+        } else if (!e && res.owned && due_ns < chime__store_limit(s, &loading)) {
             /* A load began meanwhile and now covers it: it needs an entry after all. */
             e = chime__store_entry(s, hash, key, key_len, payload, payload_len);
             if (!e) /* recorded but not loadable until a restart: stop rather than miss it */
@@ -264,7 +270,7 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
             e->due_ns = due_ns;
             e->wait_prev = r != NULL;
             place(s, st, e, res.owned);
-        } else if (loading) {
+        } else if (loading && res.ref.version) {
             chime__store_tomb(s, key, key_len); /* as place does for a far timer */
         }
     }
@@ -318,7 +324,8 @@ struct dead_list {
 static int dead_one(void *ctx, const struct chime__timer *t)
 {
     struct dead_list *d = ctx;
-    struct chime_fire f = { t->key, t->key_len, t->payload, t->payload_len, t->due_ns, t->attempt };
+    struct chime_fire f = { t->key, t->key_len, t->payload, t->payload_len, t->due_ns, t->attempt,
+                             0 /* a dead letter has no fence */ };
     return d->fn(d->ctx, &f);
 }
 

@@ -1,0 +1,263 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The PostgreSQL backend's operations table (backend.h), open and close. pg.h describes the
+ * protocol; the other files of this folder implement it.
+ *
+ * OPEN: connect and read the schema (-ENOENT: none; -EPROTO: another version; -EINVAL: the shards
+ * asked for differ); refuse a node name another live process holds (-EBUSY); start the lanes, the
+ * loader (which takes the first poll's snapshot), the lease thread (whose first round, run before
+ * open returns, takes this node's share of the free shards) and the housekeeper (which makes the
+ * partitions of the next stretch of time first).
+ *
+ * CLOSE: the logic has stopped firing. The lease thread stops (no more acquisitions); the lanes
+ * commit everything queued (acknowledgements included, in this node's epochs); then this node
+ * releases its shards and deletes its heartbeat, so that the others take its shards at once
+ * rather than after a lease.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store/pg/pg.h"
+
+void chime__pg_fail(struct chime__backend *b, int err)
+{
+    int none = 0;
+    atomic_compare_exchange_strong_explicit(&b->error, &none, err, memory_order_acq_rel,
+                                            memory_order_relaxed);
+    if (!atomic_exchange_explicit(&b->failed_told, 1, memory_order_acq_rel))
+        b->sink.failed(b->sink.ctx, atomic_load_explicit(&b->error, memory_order_acquire));
+}
+
+int chime__pg_error(const struct chime__backend *b)
+{
+    return atomic_load_explicit(&b->error, memory_order_acquire); /* pairs with chime__pg_fail */
+}
+
+int chime__pg_holds(const struct chime__backend *b, unsigned shard, uint64_t epoch)
+{
+    if (shard >= b->schema.shards || !epoch)
+        return 0;
+    const struct pg_shard *sh = &b->shards[shard];
+    /* Acquire: pairs with the lease thread's release stores (lease.c, believe and forget). */
+    return atomic_load_explicit(&sh->epoch, memory_order_acquire) == epoch &&
+           chime__pg_mono() < atomic_load_explicit(&sh->valid_until, memory_order_acquire) &&
+           !atomic_load_explicit(&sh->draining, memory_order_acquire);
+}
+
+uint64_t chime__pg_epoch_of(const struct chime__backend *b, unsigned shard)
+{
+    uint64_t epoch = atomic_load_explicit(&b->shards[shard].epoch, memory_order_acquire);
+    return chime__pg_holds(b, shard, epoch) ? epoch : 0;
+}
+
+static int pg_fence_valid(struct chime__backend *b, uint64_t fence)
+{
+    return chime__pg_holds(b, pg_fence_shard(fence), pg_fence_epoch(fence));
+}
+
+static int pg_sync(struct chime__backend *b)
+{
+    return chime__pg_lanes_sync(b);
+}
+
+static void pg_stats(struct chime__backend *b, struct chime__backend_stats *out)
+{
+    uint64_t now = chime__pg_mono();
+    atomic_store_explicit(&b->stats_wanted, now ? now : 1, memory_order_relaxed);
+    pthread_mutex_lock(&b->lease_lock);
+    pthread_cond_broadcast(&b->lease_cond); /* the housekeeper counts soon */
+    pthread_mutex_unlock(&b->lease_lock);
+    out->pending = atomic_load_explicit(&b->count_pending, memory_order_relaxed);
+    out->dead = atomic_load_explicit(&b->count_dead, memory_order_relaxed);
+    out->bytes = atomic_load_explicit(&b->count_bytes, memory_order_relaxed);
+}
+
+static int pg_dead_list(struct chime__backend *b, chime__timer_fn *fn, void *ctx)
+{
+    int err = chime__pg_error(b);
+    if (err)
+        return err;
+    PGresult *r = NULL;
+    int rc;
+    pthread_mutex_lock(&b->misc_lock);
+    for (int tries = 0;; tries++) { /* a snapshot, read whole: fn runs with nothing held */
+        if (!b->misc_conn.c)
+            chime__pg_connect(&b->misc_conn);
+        rc = chime__pg_exec(&b->misc_conn,
+                            "SELECT key, payload, due, attempt FROM chime.dead ORDER BY seq", 0,
+                            NULL, &r);
+        if (rc != PG_LOST || tries == 50)
+            break;
+        chime__pg_disconnect(&b->misc_conn);
+        struct timespec ts = { 0, 100000000 };
+        nanosleep(&ts, NULL);
+    }
+    pthread_mutex_unlock(&b->misc_lock);
+    if (rc != PG_OK)
+        return rc == PG_LOST ? -EIO : rc == PG_FATAL ? -EIO : -EAGAIN;
+    int got = 0;
+    for (int i = 0; i < PQntuples(r) && !got; i++) {
+        struct chime__timer t = { PQgetvalue(r, i, 0), (size_t)PQgetlength(r, i, 0),
+                                  PQgetvalue(r, i, 1), (size_t)PQgetlength(r, i, 1),
+                                  (uint64_t)chime__pg_i64(r, i, 2),
+                                  (uint32_t)chime__pg_i32(r, i, 3), { 0, 0 } };
+        got = fn(ctx, &t);
+    }
+    PQclear(r);
+    return got;
+}
+
+/* ---- open and close ---- */
+
+static void free_backend(struct chime__backend *b)
+{
+    chime__pg_disconnect(&b->fire_conn);
+    chime__pg_disconnect(&b->load_conn);
+    chime__pg_disconnect(&b->misc_conn);
+    chime__pg_disconnect(&b->lease_conn);
+    pthread_mutex_destroy(&b->own_lock);
+    pthread_mutex_destroy(&b->fire_lock);
+    pthread_mutex_destroy(&b->misc_lock);
+    pthread_mutex_destroy(&b->lease_lock);
+    pthread_mutex_destroy(&b->task_lock);
+    pthread_cond_destroy(&b->lease_cond);
+    free(b->shards);
+    free(b->conninfo);
+    free(b->node);
+    free(b);
+}
+
+/* Stop every thread (the order of CLOSE above), release the shards if asked. */
+static void shut_down(struct chime__backend *b, int release)
+{
+    atomic_store_explicit(&b->stop, 1, memory_order_release); /* pairs with the threads' loops */
+    chime__pg_lease_stop(b);
+    chime__pg_lanes_stop(b);
+    chime__pg_loader_stop(b);
+    chime__pg_house_stop(b);
+    if (release)
+        chime__pg_lease_release_all(b);
+}
+
+static int connect_role(struct chime__backend *b, struct pg_conn *pc, const char *role)
+{
+    *pc = (struct pg_conn){ .conninfo = b->conninfo, .role = role, .node = b->node,
+                            .lease_ns = b->lease_ns };
+    int rc = chime__pg_connect(pc);
+    return rc == PG_LOST ? -ECONNREFUSED : rc;
+}
+
+static char *default_node(void)
+{
+    char host[64] = "", *out;
+    if (gethostname(host, sizeof host - 1) != 0)
+        strcpy(host, "localhost");
+    return asprintf(&out, "%s:%ld", host, (long)getpid()) < 0 ? NULL : out;
+}
+
+static int pg_open(struct chime__backend **out, const struct chime_store_config *cfg,
+                   const struct chime__sink *sink)
+{
+    if (cfg->node && (!*cfg->node || strlen(cfg->node) > 63))
+        return -EINVAL;
+    struct chime__backend *b = calloc(1, sizeof *b);
+    if (!b)
+        return -ENOMEM;
+    b->cfg = cfg;
+    b->sink = *sink;
+    b->wake_fd = -1;
+    pthread_mutex_init(&b->own_lock, NULL);
+    pthread_mutex_init(&b->fire_lock, NULL);
+    pthread_mutex_init(&b->misc_lock, NULL);
+    pthread_mutex_init(&b->lease_lock, NULL);
+    pthread_mutex_init(&b->task_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the lease thread's deadlines */
+    pthread_cond_init(&b->lease_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    b->conninfo = strdup(cfg->postgres);
+    b->node = cfg->node ? strdup(cfg->node) : default_node();
+    b->lease_ns = cfg->lease_ns ? cfg->lease_ns : PG_DEFAULT_LEASE_NS;
+    if (b->lease_ns < PG_MIN_LEASE_NS)
+        b->lease_ns = PG_MIN_LEASE_NS;
+    /* Puts due before a node's `loaded` must reach it: loaded stays below now + horizon + two
+     * granules of horizon / 8 (keeper.c), so a margin of a quarter covers it. */
+    b->notify_ns = cfg->horizon_ns + cfg->horizon_ns / 4;
+    if (getrandom(&b->token, sizeof b->token, 0) != (ssize_t)sizeof b->token)
+        b->token = (int64_t)(chime__pg_wall() ^ (uint64_t)getpid() << 32);
+    b->token &= INT64_MAX;
+    int err = b->conninfo && b->node ? connect_role(b, &b->misc_conn, "misc") : -ENOMEM;
+    if (!err) {
+        err = chime__pg_schema_read(&b->misc_conn, &b->schema);
+        if (err == PG_LOST)
+            err = -ECONNREFUSED;
+        else if (pg_rc_is_db(err))
+            err = -EIO;
+    }
+    if (!err && cfg->shards && cfg->shards != b->schema.shards)
+        err = -EINVAL; /* the schema fixed another number */
+    if (!err && !(b->shards = calloc(b->schema.shards, sizeof *b->shards)))
+        err = -ENOMEM;
+    if (!err) { /* a live process with this name: refused before anything is taken */
+        const char *v[] = { b->node };
+        PGresult *r = NULL;
+        int rc = chime__pg_exec(&b->misc_conn,
+                                "SELECT 1 FROM chime.nodes WHERE node = $1 AND expires > now()", 1,
+                                v, &r);
+        err = rc != PG_OK ? -ECONNREFUSED : PQntuples(r) ? -EBUSY : 0;
+        PQclear(r);
+    }
+    if (!err)
+        err = connect_role(b, &b->fire_conn, "fire");
+    if (!err)
+        err = connect_role(b, &b->load_conn, "load");
+    if (!err)
+        err = chime__pg_house_start(b);
+    if (!err)
+        err = chime__pg_lanes_start(b);
+    if (!err)
+        err = chime__pg_loader_start(b);
+    if (!err)
+        err = chime__pg_lease_start(b);
+    if (err) {
+        shut_down(b, b->lease_started || b->lease_conn.c);
+        free_backend(b);
+        return err;
+    }
+    *out = b;
+    return 0;
+}
+
+static int pg_close(struct chime__backend *b)
+{
+    shut_down(b, 1);
+    int err = chime__pg_error(b);
+    free_backend(b);
+    return err;
+}
+
+const struct chime__backend_ops chime__pg_ops = {
+    .name = "postgres",
+    .open = pg_open,
+    .put = chime__pg_put,
+    .cancel = chime__pg_cancel,
+    .wait = chime__pg_wait,
+    .fire = chime__pg_fire,
+    .ack = chime__pg_ack,
+    .bury = chime__pg_bury,
+    .load = chime__pg_load,
+    .dead_list = pg_dead_list,
+    .dead_requeue = chime__pg_dead_requeue,
+    .dead_drop = chime__pg_dead_drop,
+    .sync = pg_sync,
+    .fence_valid = pg_fence_valid,
+    .stats = pg_stats,
+    .close = pg_close,
+};

@@ -1,0 +1,502 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Running one batch of a write lane: the pipeline, its results, and what a lost connection or a
+ * failed statement means (lanes.c, THE PIPELINE, describes the protocol; pg.h, P6, the invariant).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "store/pg/lane.h"
+#include "store/pg/statements.h"
+
+enum { ST_PUT, ST_RETRY, ST_CANCEL, ST_ACK, ST_BURY, ST_REQUEUE, ST_DROP, ST_NOTIFY, ST_COUNT };
+
+static const struct {
+    const char *name, *sql;
+    int kind; /* the operations it carries (ST_NOTIFY: the puts that notify) */
+} stmts[ST_COUNT] = {
+    [ST_PUT] = { "chime_put", PG_SQL_PUT, PG_OP_PUT },
+    [ST_RETRY] = { "chime_retry", PG_SQL_RETRY, PG_OP_RETRY },
+    [ST_CANCEL] = { "chime_cancel", PG_SQL_CANCEL, PG_OP_CANCEL },
+    [ST_ACK] = { "chime_ack", PG_SQL_ACK, PG_OP_ACK },
+    [ST_BURY] = { "chime_bury", PG_SQL_BURY, PG_OP_BURY },
+    [ST_REQUEUE] = { "chime_requeue", PG_SQL_REQUEUE, PG_OP_REQUEUE },
+    [ST_DROP] = { "chime_drop", PG_SQL_DROP, PG_OP_DROP },
+    [ST_NOTIFY] = { "chime_notify", PG_SQL_NOTIFY, -1 },
+};
+
+static void pause_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+void chime__pg_lane_free_arrays(struct pg_lane *l)
+{
+    for (size_t i = 0; i < sizeof l->arrays / sizeof *l->arrays; i++)
+        chime__pg_array_free(&l->arrays[i]);
+}
+
+/* ---- building a statement's parameters ---- */
+
+struct params {
+    const char *values[12];
+    int lengths[12], formats[12];
+    int n;
+    int oom;
+};
+
+static struct pg_array *array(struct pg_lane *l, struct params *p, uint32_t oid)
+{
+    struct pg_array *a = &l->arrays[p->n];
+    if (!a->cap)
+        chime__pg_array_init(a, oid);
+    a->oid = oid;
+    chime__pg_array_reset(a);
+    return a;
+}
+
+/* Close the array most recently begun as parameter n. */
+static void close_array(struct pg_lane *l, struct params *p)
+{
+    struct pg_array *a = &l->arrays[p->n];
+    p->values[p->n] = chime__pg_array_done(a, &p->lengths[p->n]);
+    p->formats[p->n] = 1;
+    p->oom |= !p->values[p->n];
+    p->n++;
+}
+
+static void scalar(struct params *p, const char *value, int len)
+{
+    p->values[p->n] = value;
+    p->lengths[p->n] = len;
+    p->formats[p->n++] = 1;
+}
+
+#define EACH(l, kind, op) \
+    for (size_t i_ = 0; i_ < (l)->kind_n[kind] && ((op) = (l)->kind_ops[kind][i_], 1); i_++)
+
+static const void *payload_of(const struct pg_op *op)
+{
+    return op->data + op->key_len;
+}
+
+static void keys_array(struct pg_lane *l, struct params *p, int kind)
+{
+    struct pg_array *a = array(l, p, PG_OID_BYTEA);
+    struct pg_op *op;
+    EACH(l, kind, op) chime__pg_array_bytes(a, op->data, op->key_len);
+    close_array(l, p);
+}
+
+#define I64_ARRAY(l, p, kind, field)                                                               \
+    do {                                                                                           \
+        struct pg_array *a_ = array(l, p, PG_OID_INT8);                                            \
+        struct pg_op *op_;                                                                         \
+        EACH(l, kind, op_) chime__pg_array_i64(a_, (int64_t)op_->field);                           \
+        close_array(l, p);                                                                         \
+    } while (0)
+
+#define I32_ARRAY(l, p, kind, field)                                                               \
+    do {                                                                                           \
+        struct pg_array *a_ = array(l, p, PG_OID_INT4);                                            \
+        struct pg_op *op_;                                                                         \
+        EACH(l, kind, op_) chime__pg_array_i32(a_, (int32_t)op_->field);                           \
+        close_array(l, p);                                                                         \
+    } while (0)
+
+static void payloads_array(struct pg_lane *l, struct params *p, int kind)
+{
+    struct pg_array *a = array(l, p, PG_OID_BYTEA);
+    struct pg_op *op;
+    EACH(l, kind, op) chime__pg_array_bytes(a, payload_of(op), op->payload_len);
+    close_array(l, p);
+}
+
+/* The owner and token parameters of an owner statement (P1). */
+static void owner_params(struct pg_lane *l, struct params *p, char token[8])
+{
+    uint64_t t = (uint64_t)l->b->token;
+    for (int i = 0; i < 8; i++)
+        token[i] = (char)(t >> (56 - 8 * i));
+    scalar(p, l->b->node, (int)strlen(l->b->node));
+    scalar(p, token, 8);
+}
+
+/* Fill the parameters of statement st. Return: 0, or -ENOMEM. */
+static int build(struct pg_lane *l, int st, struct params *p, char token[8])
+{
+    memset(p, 0, sizeof *p);
+    switch (st) {
+    case ST_PUT:
+        keys_array(l, p, PG_OP_PUT);
+        I64_ARRAY(l, p, PG_OP_PUT, due);
+        I64_ARRAY(l, p, PG_OP_PUT, part);
+        I32_ARRAY(l, p, PG_OP_PUT, shard);
+        I32_ARRAY(l, p, PG_OP_PUT, attempt);
+        payloads_array(l, p, PG_OP_PUT);
+        break;
+    case ST_RETRY:
+        keys_array(l, p, PG_OP_RETRY);
+        I64_ARRAY(l, p, PG_OP_RETRY, version);
+        I32_ARRAY(l, p, PG_OP_RETRY, shard);
+        I64_ARRAY(l, p, PG_OP_RETRY, epoch);
+        I64_ARRAY(l, p, PG_OP_RETRY, due);
+        I64_ARRAY(l, p, PG_OP_RETRY, part);
+        I32_ARRAY(l, p, PG_OP_RETRY, attempt);
+        payloads_array(l, p, PG_OP_RETRY);
+        owner_params(l, p, token);
+        break;
+    case ST_CANCEL:
+        keys_array(l, p, PG_OP_CANCEL);
+        I64_ARRAY(l, p, PG_OP_CANCEL, version);
+        break;
+    case ST_ACK:
+        keys_array(l, p, PG_OP_ACK);
+        I64_ARRAY(l, p, PG_OP_ACK, version);
+        I32_ARRAY(l, p, PG_OP_ACK, shard);
+        I64_ARRAY(l, p, PG_OP_ACK, epoch);
+        owner_params(l, p, token);
+        break;
+    case ST_BURY:
+        keys_array(l, p, PG_OP_BURY);
+        I64_ARRAY(l, p, PG_OP_BURY, version);
+        I32_ARRAY(l, p, PG_OP_BURY, shard);
+        I64_ARRAY(l, p, PG_OP_BURY, epoch);
+        I64_ARRAY(l, p, PG_OP_BURY, due);
+        I32_ARRAY(l, p, PG_OP_BURY, attempt);
+        payloads_array(l, p, PG_OP_BURY);
+        owner_params(l, p, token);
+        break;
+    case ST_REQUEUE:
+        keys_array(l, p, PG_OP_REQUEUE);
+        I64_ARRAY(l, p, PG_OP_REQUEUE, due);
+        I64_ARRAY(l, p, PG_OP_REQUEUE, part);
+        break;
+    case ST_DROP:
+        keys_array(l, p, PG_OP_DROP);
+        break;
+    case ST_NOTIFY: { /* "shard:hexkey" for the puts and requeues that notify */
+        struct pg_array *a = array(l, p, PG_OID_TEXT);
+        static const char hex[] = "0123456789abcdef";
+        char text[16 + 2 * CHIME_STORE_KEY_MAX];
+        for (int kind = PG_OP_PUT; kind <= PG_OP_REQUEUE; kind += PG_OP_REQUEUE - PG_OP_PUT) {
+            struct pg_op *op;
+            EACH(l, kind, op) {
+                if (!op->note)
+                    continue;
+                int n = snprintf(text, sizeof text, "%u:", op->shard);
+                for (size_t i = 0; i < op->key_len; i++) {
+                    text[n++] = hex[op->data[i] >> 4];
+                    text[n++] = hex[op->data[i] & 15];
+                }
+                chime__pg_array_bytes(a, text, (size_t)n);
+            }
+        }
+        if (!a->n)
+            return 1; /* nothing to notify: no statement */
+        close_array(l, p);
+        break;
+    }
+    }
+    return p->oom ? -ENOMEM : 0;
+}
+
+/* ---- the pipeline ---- */
+
+/* Send what libpq buffered, reading whatever arrives meanwhile (a server blocked writing results
+ * we do not read would stop reading what we send). */
+static int flush(PGconn *c)
+{
+    for (;;) {
+        int f = PQflush(c);
+        if (f == 0)
+            return PG_OK;
+        if (f < 0)
+            return PG_LOST;
+        struct pollfd pfd = { PQsocket(c), POLLIN | POLLOUT, 0 };
+        if (poll(&pfd, 1, 1000) < 0 && errno != EINTR)
+            return PG_LOST;
+        if ((pfd.revents & POLLIN) && !PQconsumeInput(c))
+            return PG_LOST;
+    }
+}
+
+/* The result of the next query in the pipeline (kept in *out if out, else cleared). */
+static int next_result(struct pg_conn *pc, PGresult **out)
+{
+    PGresult *r = PQgetResult(pc->c);
+    int rc = chime__pg_status(pc, r);
+    if (r && PQresultStatus(r) == PGRES_PIPELINE_SYNC)
+        rc = PG_LOST; /* out of step: treat the connection as unusable */
+    PGresult *end = r ? PQgetResult(pc->c) : NULL; /* each query's results end with NULL */
+    if (end) {
+        PQclear(end);
+        rc = rc == PG_OK ? PG_LOST : rc;
+    }
+    if (out && rc == PG_OK)
+        *out = r;
+    else
+        PQclear(r);
+    return rc;
+}
+
+static int next_sync(struct pg_conn *pc)
+{
+    PGresult *r = PQgetResult(pc->c);
+    int ok = r && PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+    PQclear(r);
+    return ok ? PG_OK : PG_LOST;
+}
+
+static int prepare_all(struct pg_lane *l, const int *sent, int nsent)
+{
+    for (int i = 0; i < nsent; i++) {
+        int rc = chime__pg_prepare(&l->conn, sent[i], stmts[sent[i]].name, stmts[sent[i]].sql);
+        if (rc != PG_OK)
+            return rc;
+    }
+    return PG_OK;
+}
+
+/* One try of the batch. *xid is set once known, *commit_sent once COMMIT is sent; res[st] keeps
+ * each statement's result. Return: PG_OK (committed) or PG_*. */
+static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult **res)
+{
+    struct pg_conn *pc = &l->conn;
+    int sent[ST_COUNT], nsent = 0, waited = 0;
+    char token[8];
+    struct params p;
+    for (int st = 0; st < ST_COUNT; st++) {
+        if (st != ST_NOTIFY && !l->kind_n[stmts[st].kind])
+            continue;
+        sent[nsent++] = st;
+    }
+    for (int k = 0; k < PG_OP_KINDS; k++)
+        for (size_t i = 0; i < l->kind_n[k]; i++)
+            waited |= l->kind_ops[k][i]->waited;
+    int rc = prepare_all(l, sent, nsent);
+    if (rc != PG_OK)
+        return rc;
+    PGconn *c = pc->c;
+    if (!PQenterPipelineMode(c) || PQsetnonblocking(c, 1))
+        return PG_LOST;
+    int ok = PQsendQueryParams(c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) &&
+             PQsendQueryParams(c, "SELECT pg_current_xact_id()::text", 0, NULL, NULL, NULL, NULL,
+                               0) &&
+             PQpipelineSync(c);
+    int nstmt = 0, order[ST_COUNT];
+    for (int i = 0; ok && i < nsent; i++) {
+        int b = build(l, sent[i], &p, token);
+        if (b > 0)
+            continue; /* nothing to notify */
+        if (b < 0) {
+            PQexitPipelineMode(c); /* fails with queries pending: the connection is dropped */
+            return PG_LOST;
+        }
+        ok = PQsendQueryPrepared(c, stmts[sent[i]].name, p.n, p.values, p.lengths, p.formats, 1);
+        order[nstmt++] = sent[i];
+    }
+    ok = ok && PQpipelineSync(c);
+    if (!ok || flush(c) != PG_OK)
+        return PG_LOST;
+    PGresult *x = NULL;
+    rc = next_result(pc, NULL);
+    if (rc == PG_OK)
+        rc = next_result(pc, &x);
+    if (rc == PG_OK)
+        rc = next_sync(pc);
+    if (rc == PG_OK) {
+        *xid = strtoull(PQgetvalue(x, 0, 0), NULL, 10);
+        PQclear(x);
+    }
+    if (rc != PG_OK)
+        return PG_LOST; /* BEGIN cannot fail otherwise: nothing committed */
+    int failed = PG_OK;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == (waited ? 1 : 0)) { /* the results first if a caller waits for them */
+            ok = PQsendQueryParams(c, failed == PG_OK ? "COMMIT" : "ROLLBACK", 0, NULL, NULL, NULL,
+                                   NULL, 0) &&
+                 PQpipelineSync(c);
+            if (!ok || flush(c) != PG_OK)
+                return PG_LOST;
+            *commit_sent = failed == PG_OK;
+        } else {
+            for (int i = 0; i < nstmt; i++) {
+                int s = next_result(pc, &res[order[i]]);
+                if (s == PG_LOST)
+                    return PG_LOST;
+                if (s != PG_OK && (failed == PG_OK || failed == PG_RETRY))
+                    failed = s; /* the first real error, not the aborted ones after it */
+            }
+            if (next_sync(pc) != PG_OK)
+                return PG_LOST;
+        }
+    }
+    PGresult *end = NULL;
+    rc = next_result(pc, &end);
+    if (rc == PG_OK && next_sync(pc) != PG_OK)
+        rc = PG_LOST;
+    int committed = rc == PG_OK && !strcmp(PQcmdStatus(end), "COMMIT");
+    PQclear(end);
+    if (rc != PG_OK)
+        return rc;
+    if (!PQexitPipelineMode(c) || PQsetnonblocking(c, 0))
+        return PG_LOST;
+    if (failed != PG_OK)
+        return failed;
+    return committed ? PG_OK : PG_RETRY;
+}
+
+/* Whether transaction xid committed, asked on a new connection. Return: 1, 0, or -EIO. */
+static int resolve(struct pg_lane *l, uint64_t xid)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%" PRIu64, xid);
+    const char *v[] = { text };
+    for (;;) {
+        if (!l->conn.c && chime__pg_reconnect(&l->conn, &l->abandon) != 0)
+            return -EIO;
+        PGresult *r = NULL;
+        int rc = chime__pg_exec(&l->conn, "SELECT pg_xact_status($1::text::xid8)", 1, v, &r);
+        if (rc == PG_LOST) {
+            chime__pg_disconnect(&l->conn);
+            continue;
+        }
+        if (rc != PG_OK)
+            return -EIO;
+        char status[16] = "";
+        if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+            snprintf(status, sizeof status, "%.*s", PQgetlength(r, 0, 0), PQgetvalue(r, 0, 0));
+        PQclear(r);
+        if (!strcmp(status, "committed"))
+            return 1;
+        if (!strcmp(status, "aborted"))
+            return 0;
+        pause_ms(10); /* in progress: the old session is still finishing */
+    }
+}
+
+/* Fill the operations' results from the statements' (committed). */
+static void apply(struct pg_lane *l, PGresult **res)
+{
+    struct chime__backend *b = l->b;
+    struct pg_op *op;
+    EACH(l, PG_OP_RETRY, op) op->status = -ESTALE;    /* unless returned below */
+    EACH(l, PG_OP_CANCEL, op) op->status = -ENOENT;
+    EACH(l, PG_OP_REQUEUE, op) op->status = -ENOENT;
+    EACH(l, PG_OP_DROP, op) op->status = -ENOENT;
+    static const int with_version[] = { ST_PUT, ST_RETRY, ST_CANCEL, ST_REQUEUE, ST_DROP };
+    for (size_t k = 0; k < sizeof with_version / sizeof *with_version; k++) {
+        int st = with_version[k];
+        PGresult *r = res[st];
+        for (int row = 0; r && row < PQntuples(r); row++) {
+            int64_t i = chime__pg_i64(r, row, 0) - 1;
+            if (i < 0 || (size_t)i >= l->kind_n[stmts[st].kind])
+                continue;
+            op = l->kind_ops[stmts[st].kind][i];
+            op->status = 0;
+            if (st == ST_DROP)
+                continue;
+            op->out_version = (uint64_t)chime__pg_i64(r, row, 1);
+            if (st == ST_CANCEL && !*PQgetvalue(r, row, 2))
+                op->status = -EINPROGRESS; /* its firing is recorded or has begun */
+            if (st == ST_REQUEUE && (op->out_payload = malloc((size_t)PQgetlength(r, row, 2) + 1))) {
+                op->out_payload_len = (size_t)PQgetlength(r, row, 2);
+                memcpy(op->out_payload, PQgetvalue(r, row, 2), op->out_payload_len);
+            } else if (st == ST_REQUEUE) {
+                op->status = -ENOMEM; /* committed, but not armed: it fires after a restart */
+            }
+        }
+    }
+    /* Our own puts due before what is loaded, for shards we hold: armed now that they are
+     * committed (backend.h: a deferred put), by the loader thread (never a lane: a lane must not
+     * take the logic's locks, which a cancel holds while it waits for a lane). */
+    uint64_t loaded = atomic_load_explicit(&b->max_until, memory_order_acquire); /* pairs with load */
+    EACH(l, PG_OP_PUT, op) {
+        uint64_t epoch = op->out_version ? chime__pg_epoch_of(b, op->shard) : 0;
+        if (!epoch || op->due >= loaded)
+            continue;
+        struct chime__timer t = { op->data, op->key_len, payload_of(op), op->payload_len, op->due,
+                                  0, { op->out_version, pg_fence(epoch, op->shard) } };
+        chime__pg_arm_later(b, &t);
+    }
+}
+
+/* Create the partitions the batch's puts need. */
+static int make_partitions(struct pg_lane *l)
+{
+    static const int kinds[] = { PG_OP_PUT, PG_OP_RETRY, PG_OP_REQUEUE };
+    for (size_t k = 0; k < 3; k++) {
+        struct pg_op *op;
+        EACH(l, kinds[k], op) {
+            int rc = chime__pg_partitions_ensure(&l->conn, &l->b->schema, op->part, op->part);
+            if (rc != PG_OK)
+                return rc;
+        }
+    }
+    return PG_OK;
+}
+
+int chime__pg_lane_run(struct pg_lane *l, struct pg_op **batch, size_t n)
+{
+    struct chime__backend *b = l->b;
+    memset(l->kind_n, 0, sizeof l->kind_n);
+    for (size_t i = 0; i < n; i++)
+        l->kind_ops[batch[i]->kind][l->kind_n[batch[i]->kind]++] = batch[i];
+    for (;;) {
+        int err = chime__pg_error(b);
+        if (err)
+            return err;
+        if (!l->conn.c && chime__pg_reconnect(&l->conn, &l->abandon) != 0)
+            return -EIO; /* gave up: close, with the database unreachable */
+        PGresult *res[ST_COUNT] = { 0 };
+        uint64_t xid = 0;
+        int commit_sent = 0;
+        int rc = attempt(l, &xid, &commit_sent, res);
+        if (rc == PG_LOST && commit_sent) {
+            chime__pg_disconnect(&l->conn);
+            int committed = resolve(l, xid);
+            if (committed < 0) {
+                rc = PG_FATAL;
+            } else if (committed) {
+                /* Committed, and the results read if a caller waited for them; puts' results may
+                 * be lost: the loader's poll finds them instead (P7). */
+                apply(l, res);
+                atomic_store_explicit(&b->poll_now, 1, memory_order_release);
+                rc = PG_OK;
+            }
+        } else if (rc == PG_OK) {
+            apply(l, res);
+        }
+        for (int st = 0; st < ST_COUNT; st++)
+            PQclear(res[st]);
+        if (rc == PG_OK)
+            return 0;
+        switch (rc) {
+        case PG_LOST:
+            chime__pg_disconnect(&l->conn);
+            break;
+        case PG_RETRY: /* a deadlock, a timeout: rolled back; again, after a breath */
+            pause_ms(1);
+            break;
+        case PG_NOPART:
+            rc = make_partitions(l);
+            if (rc == PG_LOST)
+                chime__pg_disconnect(&l->conn);
+            else if (rc == PG_FATAL)
+                goto fatal;
+            break;
+        default:
+        fatal:
+            chime__pg_fail(b, -EIO);
+            return -EIO;
+        }
+    }
+}

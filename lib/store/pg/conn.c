@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Connections to PostgreSQL (pg.h): each thread of a node that talks to the database has its own,
+ * with session settings for its role, and reconnects on its own when the connection is lost (a
+ * server restart, a network failure): D5 says a backend retries what it can retry safely, and every
+ * statement chime sends is safe to send again once it is known not to have committed (pg.h, P6).
+ *
+ * SESSION SETTINGS
+ *   statement_timeout 60 s: no statement of chime's takes that long; one that does (a lock wait
+ *     behind something stuck) is rolled back and run again. It also bounds how long a put can sit
+ *     between taking its version and inserting it, far below the partition width that P4 needs.
+ *   idle_in_transaction_session_timeout max(lease / 2, 1 s): a node paused inside a transaction
+ *     (SIGSTOP) holds row locks, among them FOR SHARE locks on shard rows that a takeover must
+ *     update; the server ends such a session within that time, so a takeover waits at most that
+ *     long beyond the lease.
+ *   application_name "chime <node> <role>", so that pg_stat_activity says who is who.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "store/pg/pg.h"
+
+uint64_t chime__pg_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t chime__pg_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static const char *sqlstate(const PGresult *r)
+{
+    const char *s = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    return s ? s : "";
+}
+
+int chime__pg_status(struct pg_conn *pc, const PGresult *r)
+{
+    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    if (r && (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK || st == PGRES_SINGLE_TUPLE ||
+              st == PGRES_PIPELINE_SYNC || st == PGRES_EMPTY_QUERY))
+        return PG_OK;
+    if (!r || PQstatus(pc->c) != CONNECTION_OK)
+        return PG_LOST;
+    if (st == PGRES_PIPELINE_ABORTED)
+        return PG_RETRY; /* an earlier statement of the pipeline failed: that one says why */
+    const char *s = sqlstate(r);
+    if (!strncmp(s, "08", 2) || !strcmp(s, "57P01") || !strcmp(s, "57P02") || !strcmp(s, "57P03") ||
+        !strcmp(s, "53300") || !strcmp(s, "25P03") || !*s)
+        return PG_LOST; /* connection or server going away; no SQLSTATE: a client-side failure */
+    if (!strcmp(s, "40001") || !strcmp(s, "40P01") || !strcmp(s, "55P03") || !strcmp(s, "57014"))
+        return PG_RETRY;
+    if (!strcmp(s, "23514") && strstr(PQresultErrorMessage(r), "no partition"))
+        return PG_NOPART;
+    fprintf(stderr, "chime: PostgreSQL (%s): %s", pc->role, PQresultErrorMessage(r));
+    return PG_FATAL;
+}
+
+/* Notices ("relation already exists, skipping") are not for the application's stderr. */
+static void quiet(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
+int chime__pg_connect(struct pg_conn *pc)
+{
+    char app[128], set[200];
+    snprintf(app, sizeof app, "chime %s %s", pc->node ? pc->node : "-", pc->role);
+    /* The caller's string first (expand_dbname), then application_name on top of it. */
+    const char *keys[] = { "dbname", "application_name", NULL };
+    const char *vals[] = { pc->conninfo, app, NULL };
+    pc->c = PQconnectdbParams(keys, vals, 1);
+    pc->prepared = 0;
+    if (!pc->c)
+        return -ENOMEM;
+    if (PQstatus(pc->c) != CONNECTION_OK) {
+        /* A malformed string fails before any network: say -EINVAL for it. */
+        const char *msg = PQerrorMessage(pc->c);
+        int bad = strstr(msg, "invalid connection option") || strstr(msg, "missing \"=\"") ||
+                  strstr(msg, "unterminated quoted string") || strstr(msg, "invalid URI") ||
+                  strstr(msg, "invalid integer value");
+        PQfinish(pc->c);
+        pc->c = NULL;
+        return bad ? -EINVAL : PG_LOST;
+    }
+    uint64_t idle_ms = pc->lease_ns / 2000000u;
+    if (idle_ms < 1000)
+        idle_ms = 1000;
+    PQsetNoticeProcessor(pc->c, quiet, NULL);
+    snprintf(set, sizeof set,
+             "SET statement_timeout = 60000; SET idle_in_transaction_session_timeout = %llu;"
+             " SET client_min_messages = warning",
+             (unsigned long long)idle_ms);
+    PGresult *r = PQexec(pc->c, set);
+    int rc = chime__pg_status(pc, r);
+    PQclear(r);
+    if (rc != PG_OK)
+        chime__pg_disconnect(pc);
+    return rc == PG_OK ? 0 : PG_LOST;
+}
+
+void chime__pg_disconnect(struct pg_conn *pc)
+{
+    if (pc->c)
+        PQfinish(pc->c);
+    pc->c = NULL;
+    pc->prepared = 0;
+}
+
+int chime__pg_reconnect(struct pg_conn *pc, _Atomic int *stop)
+{
+    chime__pg_disconnect(pc);
+    long delay_ms = 10;
+    for (;;) {
+        if (stop && atomic_load_explicit(stop, memory_order_acquire)) /* pairs with the stopper */
+            return PG_LOST;
+        int rc = chime__pg_connect(pc);
+        if (rc == 0)
+            return 0;
+        if (rc != PG_LOST)
+            return rc;
+        /* The server restarts or is unreachable: back off to 250 ms between tries. The store goes
+         * on meanwhile; leases lapse on their own (lease.c) and their shards move on. */
+        struct timespec ts = { 0, delay_ms * 1000000L };
+        nanosleep(&ts, NULL);
+        if (delay_ms < 250)
+            delay_ms *= 2;
+    }
+}
+
+static int exec_as(struct pg_conn *pc, const char *sql, int n, const char *const *values,
+                   PGresult **out, int binary)
+{
+    if (!pc->c)
+        return PG_LOST;
+    PGresult *r = PQexecParams(pc->c, sql, n, NULL, values, NULL, NULL, binary);
+    int rc = chime__pg_status(pc, r);
+    if (rc == PG_OK && out)
+        *out = r;
+    else
+        PQclear(r);
+    return rc;
+}
+
+int chime__pg_exec(struct pg_conn *pc, const char *sql, int n, const char *const *values,
+                   PGresult **out)
+{
+    return exec_as(pc, sql, n, values, out, 1);
+}
+
+int chime__pg_exec_text(struct pg_conn *pc, const char *sql, int n, const char *const *values,
+                        PGresult **out)
+{
+    return exec_as(pc, sql, n, values, out, 0);
+}
+
+int chime__pg_prepare(struct pg_conn *pc, int id, const char *name, const char *sql)
+{
+    if (pc->prepared & (1 << id))
+        return PG_OK;
+    PGresult *r = PQprepare(pc->c, name, sql, 0, NULL);
+    int rc = chime__pg_status(pc, r);
+    PQclear(r);
+    if (rc == PG_OK)
+        pc->prepared |= 1 << id;
+    return rc;
+}
+
+/* ---- binary arrays: ndim, has-null, element type, then (length, lower bound), then each element
+ * as (length, bytes); every integer big-endian. ---- */
+
+#define ARRAY_HEADER 20
+
+static void put32(char *p, uint32_t v)
+{
+    p[0] = (char)(v >> 24);
+    p[1] = (char)(v >> 16);
+    p[2] = (char)(v >> 8);
+    p[3] = (char)v;
+}
+
+static int reserve(struct pg_array *a, size_t more)
+{
+    if (a->len + more <= a->cap)
+        return 1;
+    size_t cap = a->cap ? a->cap : 256;
+    while (cap < a->len + more)
+        cap *= 2;
+    char *p = realloc(a->buf, cap);
+    if (!p) {
+        a->oom = 1;
+        return 0;
+    }
+    a->buf = p;
+    a->cap = cap;
+    return 1;
+}
+
+void chime__pg_array_init(struct pg_array *a, uint32_t oid)
+{
+    memset(a, 0, sizeof *a);
+    a->oid = oid;
+    chime__pg_array_reset(a);
+}
+
+void chime__pg_array_reset(struct pg_array *a)
+{
+    a->len = 0;
+    a->n = 0;
+    a->oom = 0;
+    if (reserve(a, ARRAY_HEADER))
+        a->len = ARRAY_HEADER;
+}
+
+void chime__pg_array_free(struct pg_array *a)
+{
+    free(a->buf);
+    memset(a, 0, sizeof *a);
+}
+
+void chime__pg_array_bytes(struct pg_array *a, const void *p, size_t n)
+{
+    if (!reserve(a, 4 + n))
+        return;
+    put32(a->buf + a->len, (uint32_t)n);
+    memcpy(a->buf + a->len + 4, p, n);
+    a->len += 4 + n;
+    a->n++;
+}
+
+void chime__pg_array_i64(struct pg_array *a, int64_t v)
+{
+    char b[8];
+    put32(b, (uint32_t)((uint64_t)v >> 32));
+    put32(b + 4, (uint32_t)v);
+    chime__pg_array_bytes(a, b, 8);
+}
+
+void chime__pg_array_i32(struct pg_array *a, int32_t v)
+{
+    char b[4];
+    put32(b, (uint32_t)v);
+    chime__pg_array_bytes(a, b, 4);
+}
+
+const char *chime__pg_array_done(struct pg_array *a, int *len)
+{
+    if (a->oom || a->len < ARRAY_HEADER)
+        return NULL;
+    put32(a->buf, a->n ? 1 : 0); /* an empty array has no dimensions */
+    put32(a->buf + 4, 0);
+    put32(a->buf + 8, a->oid);
+    put32(a->buf + 12, a->n);
+    put32(a->buf + 16, 1);
+    *len = a->n ? (int)a->len : 12;
+    return a->buf;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+int64_t chime__pg_i64(const PGresult *r, int row, int col)
+{
+    const unsigned char *p = (const unsigned char *)PQgetvalue(r, row, col);
+    return PQgetlength(r, row, col) == 8 ? (int64_t)get64(p) : 0;
+}
+
+int32_t chime__pg_i32(const PGresult *r, int row, int col)
+{
+    const unsigned char *p = (const unsigned char *)PQgetvalue(r, row, col);
+    if (PQgetlength(r, row, col) != 4)
+        return 0;
+    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+}

@@ -1,0 +1,299 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The owner's side: recording firings (fire), and reading the timers of owned shards (load, and
+ * the loader's takeovers and polls, which share the reader below).
+ *
+ * FIRE (D2, P1). One statement, in a transaction of its own (so it has committed, synchronously,
+ * when its result arrives): each firing's row gets attempt + 1 and fire_epoch = the firing's epoch,
+ * if the version is still pending and the firing's (shard, epoch) is a lease this node holds, by
+ * the database's clock, locked FOR SHARE until the commit. A firing the statement does not return is
+ * -ESTALE: replaced, cancelled, or its lease lapsed. The statement is idempotent (attempt is set,
+ * not incremented), so a connection lost before its result simply runs it again, for the firings
+ * whose lease this node still believes in; once a lease lapses locally its firings are -ESTALE,
+ * so fire never waits longer than a lease for a database that is away.
+ *
+ * READS (P7). A read covers the owned shards, each in the epoch this node holds, and hands over
+ * each pending version with part in [from, until) and due >= from, skipping versions whose firing
+ * this node recorded in that same epoch (its logic holds them: a poll must not fire them again).
+ * The fence handed over is the epoch the database confirmed, in the same statement. Rows come
+ * through a cursor, 4096 at a time, so that the logic installs them while the rest is read.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/pg/pg.h"
+
+#define FETCH 4096
+
+static const char fire_sql[] =
+    "WITH f AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int4[], $4::int4[], $5::int8[])"
+    " WITH ORDINALITY AS f(key, version, attempt, shard, epoch, i)),"
+    " s AS MATERIALIZED (SELECT shard, epoch FROM chime.shards"
+    " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $6 AND token = $7::int8"
+    " AND expires > clock_timestamp() ORDER BY shard FOR SHARE)"
+    " UPDATE chime.keys k SET attempt = f.attempt, fire_epoch = f.epoch"
+    " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch"
+    " WHERE k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL RETURNING f.i";
+
+static void be64(char out[8], uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        out[i] = (char)(v >> (56 - 8 * i));
+}
+
+int chime__pg_fire(struct chime__backend *b, struct chime__firing *f, size_t n)
+{
+    int err = chime__pg_error(b);
+    if (err)
+        return err;
+    struct pg_array a[5];
+    chime__pg_array_init(&a[0], PG_OID_BYTEA);
+    chime__pg_array_init(&a[1], PG_OID_INT8);
+    chime__pg_array_init(&a[2], PG_OID_INT4);
+    chime__pg_array_init(&a[3], PG_OID_INT4);
+    chime__pg_array_init(&a[4], PG_OID_INT8);
+    size_t *index = malloc((n ? n : 1) * sizeof *index);
+    char token[8];
+    be64(token, (uint64_t)b->token);
+    pthread_mutex_lock(&b->fire_lock);
+    for (int tries = 0; !err; tries++) {
+        size_t k = 0;
+        for (int i = 0; i < 5; i++)
+            chime__pg_array_reset(&a[i]);
+        for (size_t i = 0; index && i < n; i++) {
+            unsigned shard = pg_fence_shard(f[i].ref.fence);
+            uint64_t epoch = pg_fence_epoch(f[i].ref.fence);
+            f[i].status = -ESTALE;
+            if (!chime__pg_holds(b, shard, epoch))
+                continue; /* lapsed (or never ours): its owner fires it */
+            chime__pg_array_bytes(&a[0], f[i].key, f[i].key_len);
+            chime__pg_array_i64(&a[1], (int64_t)f[i].ref.version);
+            chime__pg_array_i32(&a[2], (int32_t)f[i].attempt);
+            chime__pg_array_i32(&a[3], (int32_t)shard);
+            chime__pg_array_i64(&a[4], (int64_t)epoch);
+            index[k++] = i;
+        }
+        if (!index) {
+            err = -ENOMEM;
+            break;
+        }
+        if (!k)
+            break;
+        const char *v[7];
+        int len[7], fmt[7] = { 1, 1, 1, 1, 1, 1, 1 };
+        for (int i = 0; i < 5; i++)
+            v[i] = chime__pg_array_done(&a[i], &len[i]);
+        v[5] = b->node;
+        len[5] = (int)strlen(b->node);
+        v[6] = token;
+        len[6] = 8;
+        if (!v[0] || !v[1] || !v[2] || !v[3] || !v[4]) {
+            err = -ENOMEM;
+            break;
+        }
+        struct pg_conn *pc = &b->fire_conn;
+        if (!pc->c && chime__pg_connect(pc) != 0) {
+            chime__pg_disconnect(pc); /* away: try again while the leases last */
+            struct timespec ts = { 0, 20000000 };
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        int rc = chime__pg_prepare(pc, 0, "chime_fire", fire_sql);
+        PGresult *r = NULL;
+        if (rc == PG_OK) {
+            r = PQexecPrepared(pc->c, "chime_fire", 7, v, len, fmt, 1);
+            rc = chime__pg_status(pc, r);
+        }
+        if (rc == PG_OK) {
+            for (int row = 0; row < PQntuples(r); row++) {
+                int64_t i = chime__pg_i64(r, row, 0) - 1;
+                if (i >= 0 && (size_t)i < k)
+                    f[index[i]].status = 0;
+            }
+            PQclear(r);
+            break;
+        }
+        PQclear(r);
+        if (rc == PG_LOST)
+            chime__pg_disconnect(pc);
+        else if (rc == PG_FATAL)
+            err = -EIO;
+        /* PG_RETRY: again; PG_LOST: again on a new connection, for what is still held */
+    }
+    pthread_mutex_unlock(&b->fire_lock);
+    for (int i = 0; i < 5; i++)
+        chime__pg_array_free(&a[i]);
+    free(index);
+    if (err == -EIO)
+        chime__pg_fail(b, err);
+    return err;
+}
+
+/* ---- reads ---- */
+
+size_t chime__pg_owned(struct chime__backend *b, int32_t *shards, int64_t *epochs)
+{
+    size_t n = 0;
+    for (unsigned s = 0; s < b->schema.shards; s++) {
+        uint64_t epoch = chime__pg_epoch_of(b, s);
+        if (epoch) {
+            shards[n] = (int32_t)s;
+            epochs[n++] = (int64_t)epoch;
+        }
+    }
+    return n;
+}
+
+static const char read_sql[] =
+    "DECLARE chime_read NO SCROLL CURSOR FOR"
+    " SELECT t.key, t.payload, t.due, k.version, k.attempt, t.shard, s.epoch"
+    " FROM unnest($1::int4[], $2::int8[]) AS o(shard, epoch)"
+    " JOIN chime.shards s ON s.shard = o.shard AND s.epoch = o.epoch AND s.owner = $3"
+    " AND s.token = $4::int8 AND s.expires > clock_timestamp()"
+    " JOIN chime.timers t ON t.shard = s.shard AND t.part >= $5::int8 AND t.part < $6::int8"
+    " AND t.due >= $5::int8"
+    " JOIN chime.keys k ON k.key = t.key AND k.version = t.version AND k.end_epoch IS NULL"
+    " AND k.fire_epoch <> s.epoch";
+
+/* The same, for a poll: only rows whose transaction the previous poll's snapshot did not see. */
+static const char poll_sql[] =
+    "DECLARE chime_read NO SCROLL CURSOR FOR"
+    " SELECT t.key, t.payload, t.due, k.version, k.attempt, t.shard, s.epoch"
+    " FROM chime.timers t"
+    " JOIN unnest($1::int4[], $2::int8[]) AS o(shard, epoch) ON o.shard = t.shard"
+    " JOIN chime.shards s ON s.shard = o.shard AND s.epoch = o.epoch AND s.owner = $3"
+    " AND s.token = $4::int8 AND s.expires > clock_timestamp()"
+    " JOIN chime.keys k ON k.key = t.key AND k.version = t.version AND k.end_epoch IS NULL"
+    " AND k.fire_epoch <> s.epoch"
+    " WHERE t.part >= $5::int8 AND t.part < $6::int8 AND t.due >= $5::int8"
+    " AND t.tx >= $7::int8 AND NOT pg_visible_in_snapshot(t.tx::text::xid8, $8::text::pg_snapshot)";
+
+static int run(struct pg_conn *pc, const char *sql, PGresult **out)
+{
+    return chime__pg_exec(pc, sql, 0, NULL, out);
+}
+
+int chime__pg_read_cursor(struct chime__backend *b, struct pg_conn *pc, const int32_t *shards,
+                          const int64_t *epochs, size_t n, uint64_t from, uint64_t until,
+                          const char *since, chime__timer_fn *fn, void *ctx)
+{
+    if (!pc->c)
+        return PG_LOST;
+    struct pg_array sa, ea;
+    chime__pg_array_init(&sa, PG_OID_INT4);
+    chime__pg_array_init(&ea, PG_OID_INT8);
+    for (size_t i = 0; i < n; i++) {
+        chime__pg_array_i32(&sa, shards[i]);
+        chime__pg_array_i64(&ea, epochs[i]);
+    }
+    char token[8], lo[8], hi[8], xmin[8];
+    be64(token, (uint64_t)b->token);
+    be64(lo, from > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : from);
+    be64(hi, until > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : until);
+    be64(xmin, since ? strtoull(since, NULL, 10) : 0); /* a snapshot is "xmin:xmax:xip,..." */
+    const char *v[8] = { NULL, NULL, b->node, token, lo, hi, xmin, since };
+    int len[8] = { 0, 0, (int)strlen(b->node), 8, 8, 8, 8, since ? (int)strlen(since) : 0 };
+    int fmt[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+    v[0] = chime__pg_array_done(&sa, &len[0]);
+    v[1] = chime__pg_array_done(&ea, &len[1]);
+    int rc = !v[0] || !v[1] ? -ENOMEM : PG_OK;
+    if (rc == PG_OK) {
+        PGresult *r = PQexecParams(pc->c, since ? poll_sql : read_sql, since ? 8 : 6, NULL, v, len,
+                                   fmt, 1);
+        rc = chime__pg_status(pc, r);
+        PQclear(r);
+    }
+    int stop = 0;
+    while (rc == PG_OK && !stop) {
+        PGresult *r = NULL;
+        char fetch[48];
+        snprintf(fetch, sizeof fetch, "FETCH %d FROM chime_read", FETCH);
+        rc = run(pc, fetch, &r);
+        if (rc != PG_OK)
+            break;
+        int rows = PQntuples(r);
+        for (int i = 0; i < rows && !stop; i++) {
+            unsigned shard = (unsigned)chime__pg_i32(r, i, 5);
+            uint64_t epoch = (uint64_t)chime__pg_i64(r, i, 6);
+            struct chime__timer t = {
+                .key = PQgetvalue(r, i, 0), .key_len = (size_t)PQgetlength(r, i, 0),
+                .payload = PQgetvalue(r, i, 1), .payload_len = (size_t)PQgetlength(r, i, 1),
+                .due_ns = (uint64_t)chime__pg_i64(r, i, 2),
+                .attempt = (uint32_t)chime__pg_i32(r, i, 4),
+                .ref = { (uint64_t)chime__pg_i64(r, i, 3), pg_fence(epoch, shard) } };
+            stop = fn(ctx, &t);
+        }
+        PQclear(r);
+        if (rows < FETCH)
+            break;
+    }
+    if (rc == PG_OK)
+        rc = run(pc, "CLOSE chime_read", NULL);
+    chime__pg_array_free(&sa);
+    chime__pg_array_free(&ea);
+    return rc != PG_OK ? rc : stop;
+}
+
+int chime__pg_read_timers(struct chime__backend *b, struct pg_conn *pc, const int32_t *shards,
+                          const int64_t *epochs, size_t n, uint64_t from, uint64_t until,
+                          chime__timer_fn *fn, void *ctx)
+{
+    int rc = run(pc, "BEGIN", NULL);
+    if (rc == PG_OK)
+        rc = chime__pg_read_cursor(b, pc, shards, epochs, n, from, until, NULL, fn, ctx);
+    if (rc >= PG_OK) { /* done, or stopped by fn */
+        int c = run(pc, "COMMIT", NULL);
+        return c != PG_OK ? c : rc;
+    }
+    if (rc != PG_LOST && pc->c)
+        run(pc, "ROLLBACK", NULL);
+    return rc;
+}
+
+int chime__pg_load(struct chime__backend *b, uint64_t from, uint64_t until, chime__timer_fn *fn,
+                   void *ctx)
+{
+    size_t cap = b->schema.shards;
+    int32_t *shards = malloc(cap * sizeof *shards);
+    int64_t *epochs = malloc(cap * sizeof *epochs);
+    if (!shards || !epochs) {
+        free(shards);
+        free(epochs);
+        return -ENOMEM;
+    }
+    int rc;
+    for (;;) {
+        /* The boundary first, then the shards and the snapshot (P7): a put committed after this
+         * read's snapshot is armed by whoever put it, since it sees the new boundary. */
+        pthread_mutex_lock(&b->own_lock);
+        if (until > atomic_load_explicit(&b->max_until, memory_order_relaxed))
+            atomic_store_explicit(&b->max_until, until, memory_order_release); /* pairs with apply() */
+        size_t n = chime__pg_owned(b, shards, epochs);
+        pthread_mutex_unlock(&b->own_lock);
+        rc = n ? chime__pg_read_timers(b, &b->load_conn, shards, epochs, n, from, until, fn, ctx) : 0;
+        if (rc == PG_LOST) { /* again, on a new connection, for what is still held */
+            chime__pg_disconnect(&b->load_conn);
+            if (chime__pg_connect(&b->load_conn) != 0) {
+                struct timespec ts = { 0, 50000000 };
+                nanosleep(&ts, NULL);
+            }
+            if (!chime__pg_error(b) && !atomic_load_explicit(&b->stop, memory_order_acquire))
+                continue;
+            rc = 0; /* closing: what was not loaded stays in the database */
+        } else if (rc == PG_RETRY) {
+            continue;
+        }
+        break;
+    }
+    free(shards);
+    free(epochs);
+    if (pg_rc_is_db(rc)) { /* a database error other than a lost connection */
+        chime__pg_fail(b, -EIO);
+        return -EIO;
+    }
+    return rc;
+}

@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The housekeeper thread, every HOUSE_NS:
+ *   - partitions of chime.timers for the next stretch of time exist before puts need them (a put
+ *     that finds none creates it itself: lanes.c; this keeps that off the common path);
+ *   - settled partitions are dropped (schema.c, SETTLED PARTITIONS), by one node at a time (an
+ *     advisory lock), every RETIRE_EVERY rounds;
+ *   - the lease history older than 7 days and the rows of nodes dead for a day are deleted;
+ *   - the counts chime_store_stats reports, when someone has asked for them in the last 10 s
+ *     (a count reads every pending key: not something to do unasked), at most every 500 ms.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "store/pg/pg.h"
+
+#define HOUSE_NS UINT64_C(2000000000)
+#define RETIRE_EVERY 15  /* rounds: 30 s */
+#define CLEAN_EVERY 900  /* rounds: 30 min */
+#define STATS_WINDOW_NS UINT64_C(10000000000)
+#define STATS_MIN_NS UINT64_C(500000000) /* counts at most every 500 ms, however often asked */
+
+static int exec(struct pg_conn *pc, const char *sql, PGresult **out)
+{
+    if (!pc->c)
+        return PG_LOST;
+    PGresult *r = PQexec(pc->c, sql);
+    int rc = chime__pg_status(pc, r);
+    if (rc == PG_OK && out)
+        *out = r;
+    else
+        PQclear(r);
+    return rc;
+}
+
+static int retire(struct chime__backend *b)
+{
+    PGresult *r = NULL;
+    int rc = exec(&b->house_conn, "SELECT pg_try_advisory_lock(hashtext('chime.retire'))", &r);
+    int locked = rc == PG_OK && PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    if (!locked)
+        return rc;
+    unsigned dropped = 0;
+    rc = chime__pg_partitions_retire(&b->house_conn, &b->schema, chime__pg_wall(), &dropped);
+    if (rc != PG_LOST)
+        exec(&b->house_conn, "SELECT pg_advisory_unlock(hashtext('chime.retire'))", NULL);
+    return rc;
+}
+
+static int count(struct chime__backend *b)
+{
+    PGresult *r = NULL;
+    int rc = exec(&b->house_conn,
+                  "SELECT (SELECT count(*) FROM chime.keys WHERE end_epoch IS NULL),"
+                  " (SELECT count(*) FROM chime.dead),"
+                  " (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+                  " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                  " WHERE n.nspname = 'chime' AND c.relkind = 'r')",
+                  &r);
+    if (rc == PG_OK) {
+        atomic_store_explicit(&b->count_pending, strtoull(PQgetvalue(r, 0, 0), NULL, 10),
+                              memory_order_relaxed); /* statistics: no ordering */
+        atomic_store_explicit(&b->count_dead, strtoull(PQgetvalue(r, 0, 1), NULL, 10),
+                              memory_order_relaxed);
+        atomic_store_explicit(&b->count_bytes, strtoull(PQgetvalue(r, 0, 2), NULL, 10),
+                              memory_order_relaxed);
+    }
+    PQclear(r);
+    return rc;
+}
+
+static int house_round(struct chime__backend *b, uint64_t round, uint64_t *ensured)
+{
+    uint64_t now = chime__pg_wall(), w = b->schema.partition_ns;
+    uint64_t from = now - w, to = now + b->notify_ns + 2 * w;
+    int rc = PG_OK;
+    if (to / w != *ensured) {
+        rc = chime__pg_partitions_ensure(&b->house_conn, &b->schema, from, to);
+        if (rc == PG_OK)
+            *ensured = to / w;
+    }
+    if (rc == PG_OK && round % RETIRE_EVERY == RETIRE_EVERY - 1)
+        rc = retire(b);
+    if (rc == PG_OK && round % CLEAN_EVERY == CLEAN_EVERY - 1)
+        rc = exec(&b->house_conn,
+                  "DELETE FROM chime.leases WHERE acquired < now() - interval '7 days';"
+                  " DELETE FROM chime.nodes WHERE expires < now() - interval '1 day'",
+                  NULL);
+    return rc;
+}
+
+/* Count, if someone asked in the last STATS_WINDOW_NS and the last count is STATS_MIN_NS old. */
+static int maybe_count(struct chime__backend *b, uint64_t *counted_at)
+{
+    uint64_t now = chime__pg_mono();
+    uint64_t asked = atomic_load_explicit(&b->stats_wanted, memory_order_relaxed);
+    if (!asked || now - asked >= STATS_WINDOW_NS || now - *counted_at < STATS_MIN_NS)
+        return PG_OK;
+    *counted_at = now;
+    return count(b);
+}
+
+static void *house_main(void *arg)
+{
+    struct chime__backend *b = arg;
+    uint64_t round = 0, ensured = 0, next_round = 0, counted_at = 0;
+    pthread_mutex_lock(&b->lease_lock);
+    while (!atomic_load_explicit(&b->stop, memory_order_acquire)) { /* pairs with house_stop */
+        pthread_mutex_unlock(&b->lease_lock);
+        if (!b->house_conn.c && chime__pg_connect(&b->house_conn) != 0)
+            chime__pg_disconnect(&b->house_conn);
+        int rc = b->house_conn.c ? PG_OK : PG_LOST;
+        if (rc == PG_OK && chime__pg_mono() >= next_round) {
+            rc = house_round(b, round++, &ensured);
+            next_round = chime__pg_mono() + HOUSE_NS;
+        }
+        if (rc == PG_OK)
+            rc = maybe_count(b, &counted_at);
+        if (rc == PG_LOST) {
+            chime__pg_disconnect(&b->house_conn);
+            next_round = chime__pg_mono() + HOUSE_NS; /* try again then */
+        } else if (rc == PG_FATAL) {
+            chime__pg_fail(b, -EIO);
+        }
+        /* Until the next round; a stats() call in between wakes us (it broadcasts lease_cond) so
+         * that its counts come soon, but they are counted at most every STATS_MIN_NS: a caller
+         * polling stats must not keep a count of every pending key running in the database. */
+        pthread_mutex_lock(&b->lease_lock);
+        uint64_t asked = atomic_load_explicit(&b->stats_wanted, memory_order_relaxed);
+        while (!atomic_load_explicit(&b->stop, memory_order_acquire)) {
+            uint64_t now = chime__pg_mono(), until = next_round;
+            if (atomic_load_explicit(&b->stats_wanted, memory_order_relaxed) != asked) {
+                if (now >= counted_at + STATS_MIN_NS)
+                    break;
+                if (counted_at + STATS_MIN_NS < until)
+                    until = counted_at + STATS_MIN_NS;
+            }
+            if (now >= until)
+                break;
+            struct timespec ts = { (time_t)(until / 1000000000u), (long)(until % 1000000000u) };
+            pthread_cond_timedwait(&b->lease_cond, &b->lease_lock, &ts);
+        }
+    }
+    pthread_mutex_unlock(&b->lease_lock);
+    return NULL;
+}
+
+int chime__pg_house_start(struct chime__backend *b)
+{
+    b->house_conn = (struct pg_conn){ .conninfo = b->conninfo, .role = "house", .node = b->node,
+                                      .lease_ns = b->lease_ns };
+    int rc = chime__pg_connect(&b->house_conn);
+    if (rc != 0)
+        return rc == PG_LOST ? -ECONNREFUSED : rc;
+    uint64_t now = chime__pg_wall();
+    rc = chime__pg_partitions_ensure(&b->house_conn, &b->schema, now - b->schema.partition_ns,
+                                     now + b->notify_ns + 2 * b->schema.partition_ns);
+    if (rc != PG_OK)
+        return rc == PG_LOST ? -ECONNREFUSED : -EIO;
+    if (pthread_create(&b->house_thread, NULL, house_main, b) != 0)
+        return -ECHILD;
+    b->house_started = 1;
+    return 0;
+}
+
+void chime__pg_house_stop(struct chime__backend *b)
+{
+    if (b->house_started) {
+        pthread_mutex_lock(&b->lease_lock);
+        pthread_cond_broadcast(&b->lease_cond); /* b->stop is set */
+        pthread_mutex_unlock(&b->lease_lock);
+        pthread_join(b->house_thread, NULL);
+        b->house_started = 0;
+    }
+    chime__pg_disconnect(&b->house_conn);
+}

@@ -1,0 +1,436 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The write lanes: every put, cancel, acknowledgement, burial and dead-letter change goes through
+ * one of PG_LANES lanes, each a thread with its own connection. A key's operations all go through
+ * one lane (the lane of its shard), in the order the logic made them (D4): the logic holds the key's
+ * lock while it enqueues, and a lane runs its queue in order.
+ *
+ * GROUP COMMIT. A lane takes everything queued when it becomes free (up to PG_BATCH operations,
+ * and never two of one key: a second operation of a key waits for the next batch) and runs it as
+ * one transaction, one statement per kind of operation over arrays (statements.h). However many
+ * threads put at once, a lane's next commit serves all of them.
+ *
+ * THE PIPELINE of one batch, and what a lost connection means at each point (P6):
+ *     BEGIN; SELECT pg_current_xact_id(); Sync         -> the transaction's id, before anything else
+ *     the statements; Sync                             -> their results
+ *     COMMIT; Sync                                     (sent once the id is known; and once the
+ *                                                       results are, if a caller waits for them)
+ *   - lost before COMMIT was sent: nothing committed (the server rolls back a transaction whose
+ *     client is gone); the batch runs again on a new connection;
+ *   - lost after: pg_xact_status(id) on a new connection says committed or aborted (it waits while
+ *     "in progress": the old session may still be finishing). Committed: done; the results of puts
+ *     may be lost with the connection, so the loader polls at once (P7) instead of the lane arming
+ *     them. Aborted: runs again.
+ * An operation whose caller waits for a result (a cancel, a retry, a requeue, a dead-letter drop)
+ * makes the lane read the results before it sends COMMIT, so they are never lost with it.
+ *
+ * WAITING. A put's ticket (CHIME_SYNC_EACH) is its operation: the caller sleeps on that
+ * operation's own word and frees it. sync() waits for a lane's `committed` to reach the sequence it
+ * had handed out when sync began (batches are prefixes of the queue).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <linux/futex.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store/hash.h"
+#include "store/pg/lane.h"
+#include "store/pg/statements.h"
+
+#define GIVE_UP_NS UINT64_C(10000000000)
+
+static uint64_t key_hash(const void *key, size_t len)
+{
+    return chime__siphash128(0x6c616e65u, 0, key, len).lo;
+}
+
+/* ---- queue ---- */
+
+static struct pg_op *op_new(enum pg_op_kind kind, const void *key, size_t key_len,
+                            const void *payload, size_t payload_len)
+{
+    struct pg_op *op = calloc(1, sizeof *op + key_len + payload_len);
+    if (!op)
+        return NULL;
+    op->kind = (uint8_t)kind;
+    op->key_len = (uint16_t)key_len;
+    op->payload_len = (uint32_t)payload_len;
+    memcpy(op->data, key, key_len);
+    if (payload_len)
+        memcpy(op->data + key_len, payload, payload_len);
+    op->hash = key_hash(key, key_len);
+    return op;
+}
+
+/* Queue op on the lane of its shard. Return: 0 and *ticket; the sticky error (op freed). */
+static int enqueue(struct chime__backend *b, struct pg_op *op, uint64_t *ticket)
+{
+    struct pg_lane *l = b->lanes[op->shard % PG_LANES];
+    pthread_mutex_lock(&l->lock);
+    int err = chime__pg_error(b);
+    if (!err && atomic_load_explicit(&l->closed, memory_order_relaxed))
+        err = -EIO; /* the lanes gave up (close, with the database unreachable) */
+    if (err) {
+        pthread_mutex_unlock(&l->lock);
+        free(op);
+        return err;
+    }
+    op->seq = ++l->next_seq;
+    if (l->tail)
+        l->tail->next = op;
+    else
+        l->head = op;
+    l->tail = op;
+    pthread_cond_signal(&l->work);
+    pthread_mutex_unlock(&l->lock);
+    if (ticket)
+        *ticket = (uint64_t)(l->index + 1) << 56 | op->seq;
+    return 0;
+}
+
+/* Sleep until the lane settles sequence seq, or the store fails (sync). */
+static void wait_for_seq(struct chime__backend *b, struct pg_lane *l, uint64_t seq)
+{
+    for (;;) {
+        /* Read the word first: a bump after this read makes the futex call return at once. */
+        uint32_t seen = atomic_load_explicit(&l->commits, memory_order_acquire);
+        if (atomic_load_explicit(&l->committed, memory_order_acquire) >= seq ||
+            chime__pg_error(b) || atomic_load_explicit(&l->closed, memory_order_acquire))
+            return;
+        syscall(SYS_futex, &l->commits, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+    }
+}
+
+/* Sleep until the lane settles op (every queued op is settled, even when the store fails). */
+static void wait_for_op(struct pg_op *op)
+{
+    /* acquire: pairs with the lane's release store of done */
+    while (!atomic_load_explicit(&op->done, memory_order_acquire))
+        syscall(SYS_futex, &op->done, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+}
+
+/* After a batch (or a failure): wake whoever waits for the lane as a whole. */
+static void wake_all(struct pg_lane *l)
+{
+    atomic_fetch_add_explicit(&l->commits, 1, memory_order_release); /* pairs with wait_for_seq */
+    syscall(SYS_futex, &l->commits, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Queue op and wait for its result; frees op unless keep. Return: its status. */
+static int run_waited(struct chime__backend *b, struct pg_op *op, int keep)
+{
+    op->waited = 1;
+    int err = enqueue(b, op, NULL);
+    if (err)
+        return err;
+    wait_for_op(op);
+    err = op->status;
+    if (!keep)
+        free(op);
+    return err;
+}
+
+/* A ticket names its operation: with CHIME_SYNC_EACH a put's caller waits for exactly that one
+ * (the logic calls wait once per put in that mode, and never otherwise). */
+int chime__pg_wait(struct chime__backend *b, uint64_t ticket)
+{
+    (void)b;
+    if (!ticket)
+        return 0;
+    struct pg_op *op = (struct pg_op *)(uintptr_t)ticket;
+    wait_for_op(op);
+    int err = op->status;
+    free(op);
+    return err;
+}
+
+static int wait_lane(struct chime__backend *b, struct pg_lane *l, uint64_t seq)
+{
+    wait_for_seq(b, l, seq);
+    uint64_t failed = atomic_load_explicit(&l->failed_from, memory_order_acquire);
+    if (atomic_load_explicit(&l->committed, memory_order_acquire) >= seq &&
+        !(failed && seq >= failed))
+        return 0;
+    int err = chime__pg_error(b);
+    return err ? err : -EIO; /* failed, or the lane gave up */
+}
+
+int chime__pg_lanes_sync(struct chime__backend *b)
+{
+    for (int i = 0; i < PG_LANES; i++) {
+        struct pg_lane *l = b->lanes[i];
+        pthread_mutex_lock(&l->lock);
+        uint64_t seq = l->next_seq;
+        pthread_mutex_unlock(&l->lock);
+        int err = wait_lane(b, l, seq);
+        if (err)
+            return err;
+    }
+    return chime__pg_error(b);
+}
+
+/* ---- the operations ---- */
+
+/* Due times are bigint in the database: beyond 2^63 - 1 ns (the year 2262) they do not fit. */
+#define DUE_MAX ((uint64_t)INT64_MAX)
+
+int chime__pg_put(struct chime__backend *b, const struct chime__put *p, struct chime__put_result *res,
+                  uint64_t *ticket)
+{
+    uint64_t due = p->due_ns;
+    if (due > DUE_MAX) {
+        if (!p->if_version)
+            return -EINVAL; /* a user's put: refused, nothing written (chime.h) */
+        due = DUE_MAX;      /* a retry's saturated delay: as late as can be stored */
+    }
+    struct pg_op *op = op_new(p->if_version ? PG_OP_RETRY : PG_OP_PUT, p->key, p->key_len,
+                              p->payload, p->payload_len);
+    if (!op)
+        return -ENOMEM;
+    op->shard = chime__pg_shard_of(p->key, p->key_len, b->schema.shards);
+    op->due = due;
+    op->part = pg_part(due, chime__pg_wall());
+    op->attempt = p->attempt;
+    op->version = p->if_version;
+    op->epoch = pg_fence_epoch(p->if_fence);
+    uint64_t held = chime__pg_epoch_of(b, op->shard);
+    /* A put due soon for a shard another node owns is notified to it (P7); its own are armed by
+     * the lane after the commit. */
+    op->note = !held && due < chime__pg_wall() + b->notify_ns;
+    memset(res, 0, sizeof *res);
+    res->owned = held != 0;
+    if (!p->if_version) { /* deferred: the version is the database's (backend.h) */
+        op->waited = b->cfg->sync == CHIME_SYNC_EACH; /* the logic waits for this ticket */
+        int err = enqueue(b, op, NULL);
+        *ticket = !err && op->waited ? (uint64_t)(uintptr_t)op : 0;
+        return err;
+    }
+    if (pg_fence_shard(p->if_fence) != op->shard || !chime__pg_holds(b, op->shard, op->epoch)) {
+        free(op);
+        return -ESTALE; /* the firing's lease has lapsed: its new owner fires it again */
+    }
+    int err = run_waited(b, op, 1);
+    if (!err) {
+        res->ref = (struct chime__ref){ op->out_version, pg_fence(op->epoch, op->shard) };
+        *ticket = 0;
+    }
+    free(op);
+    return err;
+}
+
+int chime__pg_cancel(struct chime__backend *b, const void *key, size_t key_len, uint64_t firing,
+                     struct chime__ref *victim, uint64_t *ticket)
+{
+    struct pg_op *op = op_new(PG_OP_CANCEL, key, key_len, NULL, 0);
+    if (!op)
+        return -ENOMEM;
+    op->shard = chime__pg_shard_of(key, key_len, b->schema.shards);
+    op->version = firing;
+    int err = run_waited(b, op, 1);
+    if (!err || err == -EINPROGRESS)
+        *victim = (struct chime__ref){ op->out_version, 0 };
+    free(op);
+    *ticket = 0; /* committed before run_waited returned */
+    return err;
+}
+
+int chime__pg_ack(struct chime__backend *b, const void *key, size_t key_len,
+                  const struct chime__ref *ref)
+{
+    struct pg_op *op = op_new(PG_OP_ACK, key, key_len, NULL, 0);
+    if (!op)
+        return -ENOMEM;
+    op->shard = pg_fence_shard(ref->fence);
+    op->version = ref->version;
+    op->epoch = pg_fence_epoch(ref->fence);
+    return enqueue(b, op, NULL); /* D3: not waited for; refused in the database if stale (P1) */
+}
+
+int chime__pg_bury(struct chime__backend *b, const struct chime__timer *t)
+{
+    struct pg_op *op = op_new(PG_OP_BURY, t->key, t->key_len, t->payload, t->payload_len);
+    if (!op)
+        return -ENOMEM;
+    op->shard = pg_fence_shard(t->ref.fence);
+    op->version = t->ref.version;
+    op->epoch = pg_fence_epoch(t->ref.fence);
+    op->due = t->due_ns > DUE_MAX ? DUE_MAX : t->due_ns;
+    op->attempt = t->attempt;
+    return enqueue(b, op, NULL);
+}
+
+int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key_len,
+                           uint64_t due_ns, struct chime__put_result *res, chime__timer_fn *fn,
+                           void *ctx, uint64_t *ticket)
+{
+    if (due_ns > DUE_MAX)
+        return -EINVAL;
+    struct pg_op *op = op_new(PG_OP_REQUEUE, key, key_len, NULL, 0);
+    if (!op)
+        return -ENOMEM;
+    op->shard = chime__pg_shard_of(key, key_len, b->schema.shards);
+    op->due = due_ns;
+    op->part = pg_part(due_ns, chime__pg_wall());
+    uint64_t held = chime__pg_epoch_of(b, op->shard);
+    op->note = !held && due_ns < chime__pg_wall() + b->notify_ns;
+    int err = run_waited(b, op, 1);
+    if (!err) {
+        *res = (struct chime__put_result){ .ref = { op->out_version, held ? pg_fence(held, op->shard) : 0 },
+                                           .owned = held != 0 };
+        struct chime__timer t = { key, key_len, op->out_payload, op->out_payload_len, due_ns, 0,
+                                  res->ref };
+        fn(ctx, &t);
+        *ticket = 0;
+    }
+    free(op->out_payload);
+    free(op);
+    return err;
+}
+
+int chime__pg_dead_drop(struct chime__backend *b, const void *key, size_t key_len,
+                        uint64_t *ticket)
+{
+    struct pg_op *op = op_new(PG_OP_DROP, key, key_len, NULL, 0);
+    if (!op)
+        return -ENOMEM;
+    op->shard = chime__pg_shard_of(key, key_len, b->schema.shards);
+    *ticket = 0;
+    return run_waited(b, op, 0);
+}
+
+/* ---- the lane thread ---- */
+
+/* Take the next batch off the queue: a prefix, with at most one operation per key. Lane locked. */
+static size_t take(struct pg_lane *l, struct pg_op **batch)
+{
+    size_t n = 0;
+    memset(l->seen, 0, sizeof l->seen);
+    while (l->head && n < PG_BATCH) {
+        struct pg_op *op = l->head;
+        /* A set of key hashes, 4096 slots with linear probing: PG_BATCH keys fill half of it. */
+        size_t i = op->hash & (LANE_SEEN - 1);
+        int dup = 0;
+        while (l->seen[i]) {
+            struct pg_op *o = l->seen[i];
+            if (o->hash == op->hash && o->key_len == op->key_len &&
+                !memcmp(o->data, op->data, op->key_len)) {
+                dup = 1;
+                break;
+            }
+            i = (i + 1) & (LANE_SEEN - 1);
+        }
+        if (dup)
+            break; /* this key's second operation waits for the next batch (D4) */
+        l->seen[i] = op;
+        batch[n++] = op;
+        l->head = op->next;
+        if (!l->head)
+            l->tail = NULL;
+    }
+    return n;
+}
+
+static void *lane_main(void *arg)
+{
+    struct pg_lane *l = arg;
+    pthread_mutex_lock(&l->lock);
+    for (;;) {
+        while (!l->head && !l->stop)
+            pthread_cond_wait(&l->work, &l->lock);
+        if (!l->head)
+            break;
+        size_t n = take(l, l->batch);
+        pthread_mutex_unlock(&l->lock);
+        int err = chime__pg_lane_run(l, l->batch, n);
+        uint64_t last = l->batch[n - 1]->seq; /* n > 0: the queue was not empty */
+        if (err && !atomic_load_explicit(&l->failed_from, memory_order_relaxed))
+            atomic_store_explicit(&l->failed_from, l->batch[0]->seq, memory_order_relaxed);
+        for (size_t i = 0; i < n; i++) {
+            struct pg_op *op = l->batch[i];
+            if (err)
+                op->status = err;
+            if (op->waited) { /* its caller frees it, after seeing done (release: pairs with it) */
+                atomic_store_explicit(&op->done, 1, memory_order_release);
+                syscall(SYS_futex, &op->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+            } else {
+                free(op);
+            }
+        }
+        atomic_store_explicit(&l->committed, last, memory_order_release); /* pairs with wait_for */
+        wake_all(l);
+        pthread_mutex_lock(&l->lock);
+    }
+    pthread_mutex_unlock(&l->lock);
+    return NULL;
+}
+
+int chime__pg_lanes_start(struct chime__backend *b)
+{
+    for (int i = 0; i < PG_LANES; i++) {
+        struct pg_lane *l = calloc(1, sizeof *l);
+        if (!l)
+            return -ENOMEM;
+        b->lanes[i] = l;
+        l->b = b;
+        l->index = i;
+        pthread_mutex_init(&l->lock, NULL);
+        pthread_cond_init(&l->work, NULL);
+        l->conn = (struct pg_conn){ .conninfo = b->conninfo, .role = "lane", .node = b->node,
+                                    .lease_ns = b->lease_ns };
+        int err = chime__pg_connect(&l->conn);
+        if (err)
+            return err == PG_LOST ? -ECONNREFUSED : err;
+        if (pthread_create(&l->thread, NULL, lane_main, l) != 0)
+            return -ECHILD;
+        l->started = 1;
+    }
+    return 0;
+}
+
+void chime__pg_lanes_stop(struct chime__backend *b)
+{
+    for (int i = 0; i < PG_LANES; i++) {
+        struct pg_lane *l = b->lanes[i];
+        if (!l)
+            continue;
+        if (l->started) {
+            /* The lane ends once its queue is empty. If the database stays unreachable for
+             * GIVE_UP_NS (three leases, at least 10 s), what is queued fails with -EIO instead. */
+            uint64_t give_up = b->lease_ns * 3 > GIVE_UP_NS ? b->lease_ns * 3 : GIVE_UP_NS;
+            uint64_t deadline = chime__pg_mono() + give_up;
+            pthread_mutex_lock(&l->lock);
+            l->stop = 1;
+            uint64_t want = l->next_seq;
+            pthread_cond_signal(&l->work);
+            pthread_mutex_unlock(&l->lock);
+            while (atomic_load_explicit(&l->committed, memory_order_acquire) < want &&
+                   chime__pg_mono() < deadline) {
+                struct timespec ts = { 0, 10000000 };
+                nanosleep(&ts, NULL); /* close only: polling is simplest */
+            }
+            if (atomic_load_explicit(&l->committed, memory_order_acquire) < want) {
+                atomic_store_explicit(&l->closed, 1, memory_order_release);
+                atomic_store_explicit(&l->abandon, 1, memory_order_release); /* pairs with reconnect */
+                wake_all(l);
+            }
+            pthread_join(l->thread, NULL);
+        }
+        for (struct pg_op *op = l->head, *next; op; op = next) { /* never started, or gave up */
+            next = op->next;
+            free(op);
+        }
+        chime__pg_disconnect(&l->conn);
+        chime__pg_lane_free_arrays(l);
+        pthread_mutex_destroy(&l->lock);
+        pthread_cond_destroy(&l->work);
+        free(l);
+        b->lanes[i] = NULL;
+    }
+}

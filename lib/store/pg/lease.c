@@ -1,0 +1,433 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The lease thread: this node's heartbeat, its leases, and the balance of shards between nodes.
+ *
+ * A ROUND, every lease / 4 (and at the instant a foreign lease expires, if this node would take
+ * its shard): in one transaction, so that one now() serves it all,
+ *   1. heartbeat: the node's row expires at now() + lease (a row of the same name with another
+ *      token that has not expired is another process: this one fails, -EIO);
+ *   2. renewal: every shard this node (owner, token) holds unexpired gets expires = now() + lease;
+ *      the rows returned are the leases it holds, each in its epoch. A lease locally believed and
+ *      not returned was lost (the node was paused past it, and another took it): it is dropped
+ *      and the logic told (sink->revoke, which the loader thread calls: chime__pg_revoke_later
+ *      says why this thread never does). A lease returned and not locally believed (it lapsed
+ *      locally, e.g. the renewal came late, but the database had not expired it) is taken back:
+ *      registered again and taken over (its timers were dropped when it lapsed);
+ *   3. the nodes alive (expires > now()) and every shard's owner and time left.
+ * Then the balance: with N nodes alive, sorted by name, node i's share is shards / N, plus one if
+ * i < shards mod N. Below its share, a node acquires free or expired shards; a shard left free for
+ * two rounds is taken by whoever sees it, share or not (nobody else is going to). Above its share,
+ * while some node is below its own, a node drains its highest shards: it stops firing them at once
+ * (sink->revoke) and releases them a round later, so that acknowledgements in flight still commit
+ * in its epoch and a release does not make the next owner fire again what just ran.
+ *
+ * BELIEF (P2). A renewal sent at monotonic time t makes the lease believed until t + 3/4 lease.
+ * The database set expires = now() + lease with now() no earlier than t, so the belief ends at
+ * least lease / 4 before the database's expiry, whatever the clocks read, as long as the two
+ * clocks' rates differ by less than a quarter. The lease thread drops a belief that lapses
+ * (sink->revoke) even when it cannot reach the database.
+ *
+ * ACQUISITION is an UPDATE of the shard's row, epoch + 1, from rows locked FOR UPDATE SKIP LOCKED:
+ * a row an owner statement holds FOR SHARE (P1) is skipped, and taken next round. Each
+ * acquisition is recorded in chime.leases. The shards acquired are registered (under own_lock)
+ * and handed to the loader, which reads their timers (P7).
+ *
+ * TAKEOVER TIME. A node killed with its lease renewed at database time r: its leases and heartbeat
+ * expire at r + lease, at most lease after it died. The others wake at that instant (they know the
+ * time left of every foreign lease from the last round) plus 2 ms, see it dead, acquire its shards
+ * and read their timers, the next two seconds' first (loader.c). So its timers fire again within
+ * lease + (a round trip + the read of that first chunk + a firing's commit); docs/perf.md gives the
+ * measured figure. A node paused inside a transaction holds FOR SHARE locks until the server ends
+ * its session (idle_in_transaction_session_timeout, conn.c): add at most max(lease / 2, 1 s) then.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "store/pg/pg.h"
+
+#define ROUNDS_PER_LEASE 4
+
+struct round_state {
+    uint64_t round;
+    uint8_t *free_rounds; /* per shard: consecutive rounds seen free */
+};
+
+/* Believe shard's lease in epoch until `until` (lease thread; own_lock held for a registration). */
+static void believe(struct pg_shard *sh, uint64_t epoch, uint64_t until)
+{
+    /* Readers (chime__pg_holds) load epoch, then valid_until, then draining: a new epoch is never
+     * seen with the old epoch's deadline. Release: pairs with their acquire loads. */
+    atomic_store_explicit(&sh->valid_until, 0, memory_order_release);
+    atomic_store_explicit(&sh->draining, 0, memory_order_release);
+    atomic_store_explicit(&sh->epoch, epoch, memory_order_release);
+    atomic_store_explicit(&sh->valid_until, until, memory_order_release);
+}
+
+static void forget(struct pg_shard *sh)
+{
+    atomic_store_explicit(&sh->valid_until, 0, memory_order_release); /* as in believe */
+    atomic_store_explicit(&sh->epoch, 0, memory_order_release);
+    atomic_store_explicit(&sh->draining, 0, memory_order_release);
+}
+
+/* Register shards just acquired (or taken back) and hand them to the loader. */
+static void take(struct chime__backend *b, const int32_t *shards, const int64_t *epochs, size_t n,
+                 uint64_t sent)
+{
+    if (!n)
+        return;
+    uint64_t until = sent + b->lease_ns / 4 * 3;
+    pthread_mutex_lock(&b->own_lock); /* a registration, then the loader reads max_until (P7) */
+    for (size_t i = 0; i < n; i++)
+        believe(&b->shards[shards[i]], (uint64_t)epochs[i], until);
+    pthread_mutex_unlock(&b->own_lock);
+    chime__pg_takeover(b, shards, epochs, n);
+    atomic_fetch_add_explicit(&b->acquired, n, memory_order_relaxed); /* a statistic */
+}
+
+static void params3(struct chime__backend *b, char tok[24], char lease[24], const char *v[3])
+{
+    snprintf(tok, 24, "%" PRId64, b->token);
+    snprintf(lease, 24, "%" PRIu64, b->lease_ns / 1000);
+    v[0] = b->node;
+    v[1] = tok;
+    v[2] = lease;
+}
+
+/* A shard list as a text array "{1,2,3}" (malloc'ed). */
+static char *int_list(const int32_t *s, size_t n)
+{
+    char *out = malloc(n * 12 + 3), *p = out;
+    if (!out)
+        return NULL;
+    *p++ = '{';
+    for (size_t i = 0; i < n; i++)
+        p += sprintf(p, i ? ",%d" : "%d", s[i]);
+    *p++ = '}';
+    *p = 0;
+    return out;
+}
+
+static int release(struct chime__backend *b, const int32_t *shards, size_t n)
+{
+    char tok[24], lease[24], *list = int_list(shards, n);
+    const char *v[4];
+    params3(b, tok, lease, v);
+    v[2] = list;
+    if (!list)
+        return -ENOMEM;
+    int rc = chime__pg_exec_text(
+            &b->lease_conn,
+            "UPDATE chime.shards SET owner = NULL, token = NULL, expires = now()"
+            " WHERE shard = ANY($3::int4[]) AND owner = $1 AND token = $2::int8",
+            3, v, NULL);
+    free(list);
+    if (rc == PG_OK) {
+        for (size_t i = 0; i < n; i++)
+            forget(&b->shards[shards[i]]);
+        atomic_fetch_add_explicit(&b->released, n, memory_order_relaxed); /* a statistic */
+    }
+    return rc;
+}
+
+static int acquire(struct chime__backend *b, const int32_t *cand, size_t ncand, size_t want)
+{
+    char tok[24], lease[24], limit[24], *list = int_list(cand, ncand);
+    const char *v[5];
+    params3(b, tok, lease, v);
+    snprintf(limit, sizeof limit, "%zu", want);
+    v[3] = list;
+    v[4] = limit;
+    if (!list)
+        return -ENOMEM;
+    PGresult *r = NULL;
+    uint64_t sent = chime__pg_mono();
+    int rc = chime__pg_exec_text(
+        &b->lease_conn,
+        "WITH c AS (SELECT shard FROM chime.shards WHERE shard = ANY($4::int4[])"
+        " AND (owner IS NULL OR expires <= now()) ORDER BY shard LIMIT $5::int8"
+        " FOR UPDATE SKIP LOCKED),"
+        " u AS (UPDATE chime.shards s SET owner = $1, token = $2::int8, epoch = s.epoch + 1,"
+        " expires = now() + $3::int8 * interval '1 microsecond', since = now() FROM c"
+        " WHERE s.shard = c.shard RETURNING s.shard, s.epoch),"
+        " h AS (INSERT INTO chime.leases (shard, epoch, owner, acquired)"
+        " SELECT shard, epoch, $1, now() FROM u)"
+        " SELECT shard, epoch FROM u",
+        5, v, &r);
+    free(list);
+    if (rc != PG_OK)
+        return rc;
+    size_t n = (size_t)PQntuples(r);
+    int32_t *s = malloc((n ? n : 1) * sizeof *s);
+    int64_t *e = malloc((n ? n : 1) * sizeof *e);
+    for (size_t i = 0; s && e && i < n; i++) {
+        s[i] = (int32_t)atoi(PQgetvalue(r, (int)i, 0));
+        e[i] = strtoll(PQgetvalue(r, (int)i, 1), NULL, 10);
+    }
+    PQclear(r);
+    if (s && e)
+        take(b, s, e, n, sent);
+    else
+        chime__pg_fail(b, -ENOMEM);
+    free(s);
+    free(e);
+    return PG_OK;
+}
+
+/* Drop every belief that lapsed (lease thread). Return: whether one did. */
+static int drop_lapsed(struct chime__backend *b)
+{
+    uint64_t now = chime__pg_mono();
+    int dropped = 0;
+    for (unsigned s = 0; s < b->schema.shards; s++) {
+        struct pg_shard *sh = &b->shards[s];
+        if (atomic_load_explicit(&sh->epoch, memory_order_relaxed) &&
+            atomic_load_explicit(&sh->valid_until, memory_order_relaxed) <= now) {
+            forget(sh);
+            dropped = 1;
+        }
+    }
+    return dropped;
+}
+
+/* One round (see above). *wake: when the next is due (monotonic). */
+static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_t *wake)
+{
+    struct pg_conn *pc = &b->lease_conn;
+    unsigned S = b->schema.shards;
+    char tok[24], lease[24];
+    const char *v[3];
+    params3(b, tok, lease, v);
+    PGresult *hb = NULL, *renewed = NULL, *nodes = NULL, *view = NULL;
+    uint64_t sent = chime__pg_mono();
+    *wake = sent + b->lease_ns / ROUNDS_PER_LEASE;
+    int rc = chime__pg_exec_text(pc, "BEGIN", 0, NULL, NULL);
+    if (rc == PG_OK)
+        rc = chime__pg_exec_text(
+                pc,
+                "INSERT INTO chime.nodes AS n (node, token, expires)"
+                " VALUES ($1, $2::int8, now() + $3::int8 * interval '1 microsecond')"
+                " ON CONFLICT (node) DO UPDATE SET token = excluded.token,"
+                " expires = excluded.expires"
+                " WHERE n.token = excluded.token OR n.expires <= now() RETURNING 1",
+                3, v, &hb);
+    if (rc == PG_OK)
+        rc = chime__pg_exec_text(
+                pc,
+                "UPDATE chime.shards SET expires = now() + $3::int8 * interval '1 microsecond'"
+                " WHERE owner = $1 AND token = $2::int8 AND expires > now()"
+                " RETURNING shard, epoch",
+                3, v, &renewed);
+    if (rc == PG_OK)
+        rc = chime__pg_exec_text(
+                pc, "SELECT node FROM chime.nodes WHERE expires > now() ORDER BY node", 0,
+                NULL, &nodes);
+    if (rc == PG_OK)
+        rc = chime__pg_exec_text(
+                pc,
+                "SELECT shard, owner, owner IS NULL OR expires <= now(),"
+                " (extract(epoch FROM greatest(expires, now()) - now()) * 1e6)::int8"
+                " FROM chime.shards ORDER BY shard",
+                0, NULL, &view);
+    if (rc == PG_OK)
+        rc = chime__pg_exec_text(pc, "COMMIT", 0, NULL, NULL);
+    if (rc == PG_OK && PQntuples(hb) != 1) {
+        fprintf(stderr, "chime: node name %s is taken by another live process\n", b->node);
+        chime__pg_fail(b, -EIO);
+        rc = PG_FATAL;
+    }
+    int32_t *list = malloc(S * sizeof *list);
+    int64_t *epochs = malloc(S * sizeof *epochs);
+    if (rc == PG_OK && (!list || !epochs))
+        rc = -ENOMEM;
+    int revoke = 0;
+    if (rc == PG_OK) {
+        /* 2. renewal: what the database says this node holds */
+        uint64_t *db = calloc(S, sizeof *db);
+        size_t nback = 0;
+        for (int i = 0; db && i < PQntuples(renewed); i++) {
+            unsigned s = (unsigned)atoi(PQgetvalue(renewed, i, 0));
+            if (s < S)
+                db[s] = strtoull(PQgetvalue(renewed, i, 1), NULL, 10);
+        }
+        for (unsigned s = 0; db && s < S; s++) {
+            struct pg_shard *sh = &b->shards[s];
+            uint64_t mine = atomic_load_explicit(&sh->epoch, memory_order_relaxed);
+            if (mine && db[s] == mine) {
+                atomic_store_explicit(&sh->valid_until, sent + b->lease_ns / 4 * 3,
+                                      memory_order_release); /* pairs with chime__pg_holds */
+            } else if (mine) {
+                forget(sh); /* lost */
+                revoke = 1;
+                atomic_fetch_add_explicit(&b->lost, 1, memory_order_relaxed);
+            } else if (db[s]) {
+                list[nback] = (int32_t)s; /* lapsed here, still ours there: take it back */
+                epochs[nback++] = (int64_t)db[s];
+            }
+        }
+        free(db);
+        if (revoke)
+            chime__pg_revoke_later(b);
+        take(b, list, epochs, nback, sent);
+
+        /* 3. the balance */
+        int alive = PQntuples(nodes), me = -1;
+        for (int i = 0; i < alive; i++)
+            if (!strcmp(PQgetvalue(nodes, i, 0), b->node))
+                me = i;
+        if (me < 0 || alive == 0)
+            alive = 1, me = 0;
+        size_t share = S / (unsigned)alive + ((unsigned)me < S % (unsigned)alive);
+        size_t held = 0, nfree = 0, orphans = 0, below = 0;
+        uint64_t soonest = UINT64_MAX;
+        for (unsigned s = 0; s < S; s++)
+            held += chime__pg_epoch_of(b, s) != 0;
+        for (int i = 0; i < PQntuples(view); i++) {
+            unsigned s = (unsigned)atoi(PQgetvalue(view, i, 0));
+            int is_free = PQgetvalue(view, i, 2)[0] == 't';
+            if (s >= S)
+                continue;
+            rs->free_rounds[s] = is_free ? (uint8_t)(rs->free_rounds[s] < 9 ? rs->free_rounds[s] + 1 : 9) : 0;
+            if (is_free)
+                list[nfree++] = (int32_t)s;
+            orphans += is_free && rs->free_rounds[s] >= 2;
+            long long left = atoll(PQgetvalue(view, i, 3));
+            if (!is_free && strcmp(PQgetvalue(view, i, 1), b->node) && left > 0 &&
+                (uint64_t)left * 1000 < soonest)
+                soonest = (uint64_t)left * 1000; /* a foreign lease: when it would expire */
+        }
+        /* Is some live node below its share? (counts of the shards each live node holds) */
+        for (int i = 0; i < PQntuples(nodes) && !below; i++) {
+            size_t count = 0, its = S / (unsigned)alive + ((unsigned)i < S % (unsigned)alive);
+            for (int k = 0; k < PQntuples(view); k++)
+                count += PQgetvalue(view, k, 2)[0] != 't' &&
+                         !strcmp(PQgetvalue(view, k, 1), PQgetvalue(nodes, i, 0));
+            below = count < its;
+        }
+        size_t want = held < share ? share - held : 0;
+        if (orphans > want)
+            want = orphans;
+        if (want && nfree)
+            rc = acquire(b, list, nfree, want);
+        if (want > nfree || (held < share && soonest != UINT64_MAX)) {
+            uint64_t at = chime__pg_mono() + soonest + 2000000; /* just after it expires */
+            if (soonest != UINT64_MAX && at < *wake)
+                *wake = at;
+        }
+        /* Release what drained for a round; drain the excess if someone is below its share. */
+        size_t nrel = 0, ndrain = 0;
+        for (unsigned s = 0; s < S; s++) {
+            struct pg_shard *sh = &b->shards[s];
+            if (atomic_load_explicit(&sh->draining, memory_order_relaxed) &&
+                sh->drain_since < rs->round)
+                list[nrel++] = (int32_t)s;
+        }
+        if (rc == PG_OK && nrel)
+            rc = release(b, list, nrel);
+        for (unsigned s = S; rc == PG_OK && below && held > share && s-- > 0;) {
+            struct pg_shard *sh = &b->shards[s];
+            if (chime__pg_epoch_of(b, s)) {
+                sh->drain_since = rs->round;
+                atomic_store_explicit(&sh->draining, 1, memory_order_release); /* pairs with holds */
+                held--;
+                ndrain++;
+            }
+        }
+        if (ndrain)
+            chime__pg_revoke_later(b);
+    }
+    PQclear(hb);
+    PQclear(renewed);
+    PQclear(nodes);
+    PQclear(view);
+    free(list);
+    free(epochs);
+    if (rc != PG_OK && rc != PG_LOST && pc->c)
+        chime__pg_exec_text(pc, "ROLLBACK", 0, NULL, NULL);
+    rs->round++;
+    return rc;
+}
+
+static void *lease_main(void *arg)
+{
+    struct chime__backend *b = arg;
+    struct round_state rs = { 1, calloc(b->schema.shards, 1) };
+    pthread_mutex_lock(&b->lease_lock);
+    while (!atomic_load_explicit(&b->stop, memory_order_acquire) && rs.free_rounds) {
+        pthread_mutex_unlock(&b->lease_lock);
+        uint64_t wake = chime__pg_mono() + b->lease_ns / 8;
+        if (!b->lease_conn.c && chime__pg_connect(&b->lease_conn) != 0)
+            chime__pg_disconnect(&b->lease_conn); /* unreachable: beliefs lapse on their own */
+        else if (lease_round(b, &rs, &wake) == PG_LOST)
+            chime__pg_disconnect(&b->lease_conn);
+        if (drop_lapsed(b))
+            chime__pg_revoke_later(b);
+        pthread_mutex_lock(&b->lease_lock);
+        while (!atomic_load_explicit(&b->stop, memory_order_acquire) && chime__pg_mono() < wake) {
+            struct timespec ts = { (time_t)(wake / 1000000000u), (long)(wake % 1000000000u) };
+            pthread_cond_timedwait(&b->lease_cond, &b->lease_lock, &ts);
+        }
+    }
+    pthread_mutex_unlock(&b->lease_lock);
+    free(rs.free_rounds);
+    return NULL;
+}
+
+int chime__pg_lease_start(struct chime__backend *b)
+{
+    b->lease_conn = (struct pg_conn){ .conninfo = b->conninfo, .role = "lease", .node = b->node,
+                                      .lease_ns = b->lease_ns };
+    int rc = chime__pg_connect(&b->lease_conn);
+    if (rc != 0)
+        return rc == PG_LOST ? -ECONNREFUSED : rc;
+    /* The first round here, so that a node alone takes its shards before open returns and the
+     * logic's first load covers them. */
+    struct round_state rs = { 0, calloc(b->schema.shards, 1) };
+    uint64_t wake;
+    rc = rs.free_rounds ? lease_round(b, &rs, &wake) : -ENOMEM;
+    free(rs.free_rounds);
+    if (rc != 0)
+        return rc == PG_LOST ? -ECONNREFUSED : pg_rc_is_db(rc) ? -EIO : rc;
+    if (chime__pg_error(b))
+        return chime__pg_error(b);
+    if (pthread_create(&b->lease_thread, NULL, lease_main, b) != 0)
+        return -ECHILD;
+    b->lease_started = 1;
+    return 0;
+}
+
+void chime__pg_lease_stop(struct chime__backend *b)
+{
+    if (!b->lease_started)
+        return;
+    pthread_mutex_lock(&b->lease_lock);
+    pthread_cond_broadcast(&b->lease_cond); /* b->stop is set */
+    pthread_mutex_unlock(&b->lease_lock);
+    pthread_join(b->lease_thread, NULL);
+    b->lease_started = 0;
+}
+
+void chime__pg_lease_release_all(struct chime__backend *b)
+{
+    int32_t *list = malloc(b->schema.shards * sizeof *list);
+    size_t n = 0;
+    for (unsigned s = 0; list && s < b->schema.shards; s++)
+        if (atomic_load_explicit(&b->shards[s].epoch, memory_order_relaxed))
+            list[n++] = (int32_t)s;
+    if (!b->lease_conn.c)
+        chime__pg_connect(&b->lease_conn);
+    if (list && n)
+        release(b, list, n);
+    char tok[24], lease[24];
+    const char *v[3];
+    params3(b, tok, lease, v);
+    chime__pg_exec_text(
+            &b->lease_conn, "DELETE FROM chime.nodes WHERE node = $1 AND token = $2::int8", 2, v,
+            NULL);
+    free(list);
+}

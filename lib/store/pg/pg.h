@@ -1,0 +1,332 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The PostgreSQL backend: timers in a database that several processes (nodes) share. What its files
+ * share, and the protocol they implement together. docs/design.md ("Durable timers on PostgreSQL")
+ * explains the why; schema.c holds the schema itself.
+ *
+ * FILES
+ *   backend.c  the operations table (backend.h), open and close
+ *   conn.c     connections: settings, reconnection, errors, binary arrays and results
+ *   schema.c   the schema (created by chime-store init, checked by open) and its partitions
+ *   lanes.c    the write lanes: puts, cancels, acks, burials, dead letters, batched per lane
+ *   firing.c   fire() and load(): the owner's reads and its firing records
+ *   lease.c    the lease thread: heartbeat, renewal, balancing, takeover, revocation
+ *   loader.c   the loader thread: takeover loads, notifications, polls, arming
+ *   house.c    the housekeeper: partitions ahead of time, settled partitions dropped, counts
+ *
+ * SHARDS AND OWNERS. A key belongs to shard siphash(0, 0, key) mod shards (fixed by the schema). A
+ * shard has at most one owner at a time: the node whose lease on it (a row of chime.shards: owner,
+ * token, epoch, expires) has not expired by the DATABASE's clock (now() and clock_timestamp(), never
+ * a node's). Only the owner fires a shard's timers. Any node puts and cancels any key.
+ *
+ * EPOCHS AND FENCES. Each acquisition of a shard increments its epoch (renewals keep it). A timer is
+ * handed to the logic with fence = epoch << 16 | shard. Every statement that acts as the owner
+ * (load, fire, ack, bury, retry) joins chime.shards on (shard, owner, token, epoch, expires >
+ * clock_timestamp()) and locks those rows FOR SHARE; an acquisition is an UPDATE of the same row.
+ * So the two exclude each other: an owner's write commits either before the next epoch begins (and
+ * the next owner's loads see it) or not at all.
+ *
+ * INVARIANTS (each is argued where the code keeps it; the tests crash, pause and restart against
+ * them):
+ *   P1 Only the owner of a shard in epoch e records a firing, an acknowledgement, a burial or a retry
+ *      in e, and only while e is current and unexpired by the database's clock (the FOR SHARE join
+ *      above). A node paused past its lease can do neither once it continues: the row no longer
+ *      matches. (firing.c, lanes.c)
+ *   P2 A handler starts only while its node believes its lease valid, and that belief is
+ *      conservative: a lease renewed by a request sent at monotonic time t is believed until
+ *      t + 3/4 lease, while the database keeps it until at least t + lease (its now() is later than
+ *      t). The remaining race (a check, then a pause, then the handler) is closed only by fencing
+ *      downstream with chime_fire.fence. (lease.c, the logic's run_handler)
+ *   P3 A fired timer stays pending until its acknowledgement commits. A firing recorded in an
+ *      epoch that then lost its lease is loaded by the next owner like any pending timer, and fires
+ *      again with attempt + 1 (the recorded attempt is kept). (firing.c)
+ *   P4 Versions of one key only grow: a put takes its version from one sequence (cache 1, so in
+ *      time order) and replaces the key's row only if the row's version is smaller. Rows of ended
+ *      timers stay as tombstones until their partition is dropped, at least one partition width
+ *      after it ended, so a put of the same key always meets its predecessor. (lanes.c, house.c)
+ *   P5 A cancel is never undone: it ends the key's current version (end_epoch = 0) in a committed
+ *      transaction; a later write of that key is a newer put (a larger version). Nothing else ever
+ *      clears end_epoch, and a version ends at most once.
+ *   P6 Nothing is reported committed that is not: a lane knows its transaction's id before it sends
+ *      COMMIT, and when the connection is lost after sending it, asks pg_xact_status on a new one
+ *      (waiting while it is in progress). An aborted batch is sent again; its callers wait on.
+ *   P7 A timer due before `loaded` reaches its owner: through the owner's load if it was committed
+ *      before the load's snapshot; otherwise through a post-commit arm (its own puts), a
+ *      notification (others' puts due soon), or the owner's poll, which reads every row committed
+ *      since the previous poll's snapshot (pg_visible_in_snapshot on the row's transaction id). A
+ *      lost notification therefore delays a timer by at most the poll interval, never loses it.
+ */
+#ifndef CHIME_STORE_PG_H
+#define CHIME_STORE_PG_H
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "store/backend.h"
+
+#define PG_MAX_SHARDS 65535u /* a fence keeps the shard in 16 bits */
+#define PG_LANES 4           /* write lanes (connections) per node */
+#define PG_BATCH 2000        /* operations per lane transaction at most */
+#define PG_SCHEMA_VERSION 1
+#define PG_MIN_LEASE_NS UINT64_C(200000000)
+#define PG_DEFAULT_LEASE_NS UINT64_C(10000000000)
+#define PG_LOCK_PARTITIONS 0x63686d70 /* the advisory lock of partition creation ("chmp") */
+
+static inline uint64_t pg_fence(uint64_t epoch, unsigned shard)
+{
+    return epoch << 16 | shard;
+}
+static inline unsigned pg_fence_shard(uint64_t fence)
+{
+    return (unsigned)(fence & 0xffff);
+}
+static inline uint64_t pg_fence_epoch(uint64_t fence)
+{
+    return fence >> 16;
+}
+
+/* ---- conn.c ---- */
+
+/* How a statement went. The codes lie outside the range of negative errno values, so that a
+ * function may return either (schema_read: -ENOENT or PG_LOST). */
+enum pg_rc {
+    PG_OK = 0,
+    PG_LOST = -1001,   /* the connection is gone (or the server is shutting down): reconnect */
+    PG_RETRY = -1002,  /* the transaction was rolled back and may be run again (deadlock,
+                          serialization failure, lock or statement timeout) */
+    PG_NOPART = -1003, /* no partition of chime.timers for a row: create it, run again */
+    PG_FATAL = -1004,  /* anything else: a bug or a damaged schema; the store fails */
+};
+static inline int pg_rc_is_db(int rc) /* one of the PG_* failures above */
+{
+    return rc <= PG_LOST && rc >= PG_FATAL;
+}
+
+/* One connection of a node, with the settings of its role. */
+struct pg_conn {
+    PGconn *c;
+    const char *conninfo;
+    const char *role;          /* application_name suffix, for pg_stat_activity */
+    const char *node;
+    uint64_t lease_ns;         /* for the session's timeouts */
+    int prepared;              /* bit per prepared statement (the caller's numbering) */
+};
+
+int chime__pg_connect(struct pg_conn *pc);          /* 0; PG_LOST if unreachable; -EINVAL */
+void chime__pg_disconnect(struct pg_conn *pc);
+/* Connect again until it works or *stop becomes nonzero (then PG_LOST). Sleeps between tries. */
+int chime__pg_reconnect(struct pg_conn *pc, _Atomic int *stop);
+/* Classify a result (NULL: the connection failed). Logs a fatal error to stderr once. */
+int chime__pg_status(struct pg_conn *pc, const PGresult *r);
+/* Run sql with text parameters and binary results; *out (if given) receives the result on PG_OK. */
+int chime__pg_exec(struct pg_conn *pc, const char *sql, int n, const char *const *values,
+                   PGresult **out);
+/* The same with text results. */
+int chime__pg_exec_text(struct pg_conn *pc, const char *sql, int n, const char *const *values,
+                        PGresult **out);
+/* Prepare statement number `id` (< 32) once per connection. */
+int chime__pg_prepare(struct pg_conn *pc, int id, const char *name, const char *sql);
+
+/* A one-dimensional array in PostgreSQL's binary format, built element by element. */
+struct pg_array {
+    char *buf;
+    size_t len, cap;
+    uint32_t n;
+    uint32_t oid;
+    int oom;
+};
+#define PG_OID_BYTEA 17u
+#define PG_OID_INT8 20u
+#define PG_OID_INT4 23u
+#define PG_OID_TEXT 25u
+void chime__pg_array_init(struct pg_array *a, uint32_t oid);
+void chime__pg_array_reset(struct pg_array *a);
+void chime__pg_array_free(struct pg_array *a);
+void chime__pg_array_bytes(struct pg_array *a, const void *p, size_t n);
+void chime__pg_array_i64(struct pg_array *a, int64_t v);
+void chime__pg_array_i32(struct pg_array *a, int32_t v);
+/* Finish the header; returns the bytes (valid until the next change) and their length. */
+const char *chime__pg_array_done(struct pg_array *a, int *len);
+
+/* Binary result fields. */
+int64_t chime__pg_i64(const PGresult *r, int row, int col);
+int32_t chime__pg_i32(const PGresult *r, int row, int col);
+
+uint64_t chime__pg_mono(void); /* CLOCK_MONOTONIC ns */
+uint64_t chime__pg_wall(void); /* CLOCK_REALTIME ns */
+
+/* ---- schema.c ---- */
+
+struct pg_schema {
+    unsigned shards;
+    uint64_t partition_ns;
+};
+/* Create the schema (chime-store init). Return: 0; -EEXIST if a chime schema exists (its shards
+ * and partition width in *found); PG_* on a database error. */
+int chime__pg_schema_create(struct pg_conn *pc, unsigned shards, uint64_t partition_ns,
+                            struct pg_schema *found);
+/* Read the schema. Return: 0; -ENOENT (no schema `chime`); -EPROTO (another schema version);
+ * PG_LOST. */
+int chime__pg_schema_read(struct pg_conn *pc, struct pg_schema *out);
+/* Make sure the partitions holding parts [from, to] exist (CREATE TABLE IF NOT EXISTS, outside a
+ * transaction). Return: 0 or PG_*. */
+int chime__pg_partitions_ensure(struct pg_conn *pc, const struct pg_schema *sc, uint64_t from,
+                                uint64_t to);
+/* Drop the partitions that ended at least one width before `now` and hold no pending timer, with
+ * the tombstones of their keys. *dropped counts them. Return: 0 or PG_*. */
+int chime__pg_partitions_retire(struct pg_conn *pc, const struct pg_schema *sc, uint64_t now,
+                                unsigned *dropped);
+/* The shard of a key (fixed for schema version 1: SipHash-2-4 under the zero key, low 64 bits). */
+unsigned chime__pg_shard_of(const void *key, size_t len, unsigned shards);
+/* The partition key of a timer put at wall time now: its due time, or now if that has passed. */
+static inline uint64_t pg_part(uint64_t due, uint64_t now)
+{
+    return due > now ? due : now;
+}
+
+/* ---- the backend ---- */
+
+/* This node's view of one shard. */
+struct pg_shard {
+    _Atomic uint64_t epoch;       /* the epoch this node holds, 0 if none */
+    _Atomic uint64_t valid_until; /* CLOCK_MONOTONIC ns until which the lease is believed (P2) */
+    _Atomic int draining;         /* being given away: fire nothing new, let acks through */
+    uint64_t drain_since;         /* lease thread only: the round draining began */
+};
+
+struct pg_lane;
+struct pg_task;
+
+struct chime__backend {
+    const struct chime_store_config *cfg;
+    struct chime__sink sink;
+    char *conninfo, *node;
+    int64_t token;                /* this process's incarnation (random): leases are (node, token) */
+    uint64_t lease_ns;
+    struct pg_schema schema;
+    uint64_t notify_ns;           /* puts due within now + notify_ns are notified to their owner */
+    struct pg_shard *shards;      /* schema.shards of them */
+
+    /* ownership and loading: own_lock orders registrations against load boundaries (P7) */
+    pthread_mutex_t own_lock;
+    _Atomic uint64_t max_until;   /* the greatest `until` a load has begun with */
+
+    struct pg_lane *lanes[PG_LANES];
+
+    struct pg_conn fire_conn, load_conn;
+    pthread_mutex_t fire_lock;    /* fire() is the dispatcher's alone, but say so */
+
+    /* the dead-letter listing and other one-off reads */
+    struct pg_conn misc_conn;
+    pthread_mutex_t misc_lock;
+
+    /* the lease thread (lease.c) */
+    pthread_t lease_thread;
+    int lease_started;
+    struct pg_conn lease_conn;
+    pthread_mutex_t lease_lock;
+    pthread_cond_t lease_cond;    /* CLOCK_MONOTONIC */
+
+    /* the loader thread (loader.c) */
+    pthread_t loader_thread;
+    int loader_started;
+    struct pg_conn listen_conn;
+    void *loader;                 /* its state (loader.c) */
+    pthread_mutex_t task_lock;
+    struct pg_task *tasks, *tasks_tail; /* takeovers and arms, in order */
+    int wake_fd;                  /* eventfd: a task is queued, or stop */
+    _Atomic int poll_now;         /* run a poll at once (a batch's results were lost) */
+    _Atomic int revoke_wanted;    /* call sink->revoke (leases were lost or are draining) */
+
+    /* the housekeeper (house.c) */
+    pthread_t house_thread;
+    int house_started;
+    struct pg_conn house_conn;
+    _Atomic uint64_t count_pending, count_dead, count_bytes;
+    _Atomic uint64_t stats_wanted; /* CLOCK_MONOTONIC of the last stats() call */
+
+    _Atomic int stop;             /* the threads end */
+    _Atomic int error;            /* sticky: -EIO (D5) */
+    _Atomic int failed_told;
+
+    /* statistics for tests and benchmarks */
+    _Atomic uint64_t acquired, lost, released, polls, notified, armed;
+};
+
+/* backend.c */
+void chime__pg_fail(struct chime__backend *b, int err); /* sticky error; tells the sink once */
+int chime__pg_error(const struct chime__backend *b);
+/* Whether this node holds shard's lease in `epoch` (locally believed, not draining). */
+int chime__pg_holds(const struct chime__backend *b, unsigned shard, uint64_t epoch);
+/* The epoch of shard if this node holds it (as chime__pg_holds), else 0. */
+uint64_t chime__pg_epoch_of(const struct chime__backend *b, unsigned shard);
+
+/* lanes.c */
+int chime__pg_lanes_start(struct chime__backend *b);
+void chime__pg_lanes_stop(struct chime__backend *b); /* after draining them */
+int chime__pg_lanes_sync(struct chime__backend *b);
+int chime__pg_put(struct chime__backend *b, const struct chime__put *p, struct chime__put_result *res,
+                  uint64_t *ticket);
+int chime__pg_cancel(struct chime__backend *b, const void *key, size_t key_len, uint64_t firing,
+                     struct chime__ref *victim, uint64_t *ticket);
+int chime__pg_wait(struct chime__backend *b, uint64_t ticket);
+int chime__pg_ack(struct chime__backend *b, const void *key, size_t key_len,
+                  const struct chime__ref *ref);
+int chime__pg_bury(struct chime__backend *b, const struct chime__timer *t);
+int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key_len,
+                           uint64_t due_ns, struct chime__put_result *res, chime__timer_fn *fn,
+                           void *ctx, uint64_t *ticket);
+int chime__pg_dead_drop(struct chime__backend *b, const void *key, size_t key_len,
+                        uint64_t *ticket);
+
+/* firing.c */
+int chime__pg_fire(struct chime__backend *b, struct chime__firing *f, size_t n);
+int chime__pg_load(struct chime__backend *b, uint64_t from, uint64_t until, chime__timer_fn *fn,
+                   void *ctx);
+/* The owned shards (and epochs) a read may cover, under own_lock: n of them into shards/epochs. */
+size_t chime__pg_owned(struct chime__backend *b, int32_t *shards, int64_t *epochs);
+/* Read timers of the given shards (each in its epoch) with part in [from, until) and due >= from,
+ * pending and not being fired by this node in that epoch, through fn, in a transaction of their
+ * own. Return: 0, what fn returned (it stops the read), or PG_*. */
+int chime__pg_read_timers(struct chime__backend *b, struct pg_conn *pc, const int32_t *shards,
+                          const int64_t *epochs, size_t n, uint64_t from, uint64_t until,
+                          chime__timer_fn *fn, void *ctx);
+/* The same inside a transaction the caller opened. since: if not NULL, a snapshot (as text): only
+ * rows whose transaction it did not see (a poll). */
+int chime__pg_read_cursor(struct chime__backend *b, struct pg_conn *pc, const int32_t *shards,
+                          const int64_t *epochs, size_t n, uint64_t from, uint64_t until,
+                          const char *since, chime__timer_fn *fn, void *ctx);
+
+/* lease.c */
+int chime__pg_lease_start(struct chime__backend *b); /* runs the first round before returning */
+void chime__pg_lease_stop(struct chime__backend *b);
+void chime__pg_lease_release_all(struct chime__backend *b);
+
+/* loader.c */
+int chime__pg_loader_start(struct chime__backend *b);
+void chime__pg_loader_stop(struct chime__backend *b);
+/* Hand shards just acquired (epochs[i] for shards[i]) to the loader: it loads their timers due
+ * before max_until, read after they were registered (P7). */
+void chime__pg_takeover(struct chime__backend *b, const int32_t *shards, const int64_t *epochs,
+                        size_t n);
+/* Have the loader thread call sink->revoke soon. The lease thread never calls it itself: the
+ * logic's revoke walks every loaded timer (seconds with 10^6 of them on a busy machine), and a lease
+ * thread busy that long misses its renewals and loses the rest of its leases. Safety does not wait
+ * for it: a lost or draining shard's fences are invalid at once (chime__pg_holds), so its timers
+ * neither start nor record anything meanwhile. */
+void chime__pg_revoke_later(struct chime__backend *b);
+/* Arm a timer this node put (after its commit): the loader calls sink->arm if it still holds the
+ * shard. Copies t. */
+void chime__pg_arm_later(struct chime__backend *b, const struct chime__timer *t);
+
+/* Test hook: while on, every node of this process drops the notifications it receives, as if
+ * they were lost with a connection (P7 says the poll then delivers). */
+void chime__pg_drop_notifications(int on);
+
+/* house.c */
+int chime__pg_house_start(struct chime__backend *b);
+void chime__pg_house_stop(struct chime__backend *b);
+
+#endif /* CHIME_STORE_PG_H */

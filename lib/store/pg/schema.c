@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The schema `chime` (version 1), created by `chime-store --postgres CONNINFO init` and checked by
+ * every open; and the partitions of chime.timers, created ahead of time and dropped once settled.
+ *
+ * TABLES (docs/design.md, "The schema", says what each column is for; COMMENT ON says it in psql)
+ *   meta     name -> value: schema_version, shards, partition_ns, created
+ *   nodes    one row per node process: node (its name), token (its incarnation), expires (its
+ *            heartbeat: alive while expires > now())
+ *   shards   one row per shard: owner, token, epoch, expires (the lease), since
+ *   leases   one row per acquisition: (shard, epoch) -> owner, acquired (history, kept 7 days)
+ *   keys     one row per key: the key's latest version (pending, or ended: a tombstone), where its
+ *            timer row is (shard, part), attempts recorded, fire_epoch (the epoch that recorded the
+ *            latest firing, 0 if none), end_epoch (NULL while pending; 0 cancelled; else the epoch
+ *            of the acknowledgement or burial) and ended_at
+ *   timers   one row per put (every version): part, shard, key, version, due, payload, tx (the
+ *            inserting transaction's id, for polls). PARTITION BY RANGE (part), one partition per
+ *            partition_ns of part; part is the due time, or the time of the put if that is later,
+ *            so no put ever lands in a partition that has ended. Insert-only.
+ *   dead     one row per key with a dead letter: shard, due, attempt, payload, died, seq (order)
+ *
+ * SETTLED PARTITIONS. A partition whose range ended at least one partition width ago and none of
+ * whose rows is a pending version (keys.end_epoch IS NULL with that version) is settled: the
+ * tombstones of the versions in it are deleted from keys in one statement, then the partition is
+ * dropped. No row of timers is ever deleted or updated, so it is never vacuumed row by row; keys
+ * (one small row per live key) is the only table whose rows are deleted.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/hash.h"
+#include "store/pg/pg.h"
+
+static const char *const create_sql[] = {
+    "CREATE SCHEMA chime",
+    "COMMENT ON SCHEMA chime IS 'durable timers of chime_store (docs/design.md, Durable timers on "
+    "PostgreSQL); created by chime-store init'",
+    "CREATE TABLE chime.meta (name text PRIMARY KEY, value text NOT NULL)",
+    "CREATE TABLE chime.nodes (node text PRIMARY KEY, token bigint NOT NULL,"
+    " expires timestamptz NOT NULL, joined timestamptz NOT NULL DEFAULT now())",
+    "COMMENT ON TABLE chime.nodes IS 'one row per node process; alive while expires > now()'",
+    "CREATE TABLE chime.shards (shard int PRIMARY KEY, owner text, token bigint,"
+    " epoch bigint NOT NULL DEFAULT 0, expires timestamptz NOT NULL DEFAULT '-infinity',"
+    " since timestamptz)",
+    "COMMENT ON TABLE chime.shards IS 'the lease on each shard: its owner fires its timers while "
+    "expires > now(); every acquisition increments epoch'",
+    "CREATE TABLE chime.leases (shard int NOT NULL, epoch bigint NOT NULL, owner text NOT NULL,"
+    " acquired timestamptz NOT NULL, PRIMARY KEY (shard, epoch))",
+    "COMMENT ON TABLE chime.leases IS 'every acquisition of a shard (history, kept 7 days)'",
+    "CREATE SEQUENCE chime.versions CACHE 1",
+    "CREATE TABLE chime.keys (key bytea PRIMARY KEY, version bigint NOT NULL, part bigint NOT NULL,"
+    " shard int NOT NULL, attempt int NOT NULL, fire_epoch bigint NOT NULL DEFAULT 0,"
+    " end_epoch bigint, ended_at timestamptz) WITH (fillfactor = 75)",
+    "COMMENT ON TABLE chime.keys IS 'each key''s latest version: pending while end_epoch IS NULL "
+    "(firing if fire_epoch <> 0); end_epoch 0 = cancelled, else the epoch that acknowledged or "
+    "buried it'",
+    "CREATE TABLE chime.timers (part bigint NOT NULL, shard int NOT NULL, key bytea NOT NULL,"
+    " version bigint NOT NULL, due bigint NOT NULL, payload bytea NOT NULL,"
+    " tx bigint NOT NULL DEFAULT (pg_current_xact_id()::text::bigint)) PARTITION BY RANGE (part)",
+    "COMMENT ON TABLE chime.timers IS 'every put (insert-only), partitioned by part (the due time, "
+    "or the put''s time if later); settled partitions are dropped'",
+    "CREATE INDEX timers_shard_part ON chime.timers (shard, part)",
+    "CREATE INDEX timers_tx ON chime.timers USING brin (tx) WITH (autosummarize = on)",
+    "CREATE SEQUENCE chime.dead_order",
+    "CREATE TABLE chime.dead (key bytea PRIMARY KEY, shard int NOT NULL, due bigint NOT NULL,"
+    " attempt int NOT NULL, payload bytea NOT NULL, died timestamptz NOT NULL,"
+    " seq bigint NOT NULL DEFAULT nextval('chime.dead_order'))",
+    "COMMENT ON TABLE chime.dead IS 'dead letters: timers whose handler gave up or ran out of "
+    "attempts'",
+    "CREATE VIEW chime.pending AS SELECT k.key, k.shard, to_timestamp(t.due / 1e9) AS due,"
+    " t.due AS due_ns, k.attempt, k.fire_epoch <> 0 AS firing, k.version,"
+    " length(t.payload) AS payload_bytes FROM chime.keys k JOIN chime.timers t"
+    " ON t.shard = k.shard AND t.part = k.part AND t.key = k.key AND t.version = k.version"
+    " WHERE k.end_epoch IS NULL",
+    "CREATE VIEW chime.cluster AS SELECT n.node, n.expires > now() AS alive, n.expires, n.joined,"
+    " (SELECT count(*) FROM chime.shards s WHERE s.owner = n.node AND s.token = n.token"
+    " AND s.expires > now()) AS shards FROM chime.nodes n",
+};
+
+int chime__pg_schema_read(struct pg_conn *pc, struct pg_schema *out)
+{
+    PGresult *r = PQexec(pc->c, "SELECT to_regclass('chime.meta') IS NOT NULL");
+    int rc = chime__pg_status(pc, r);
+    if (rc != PG_OK) {
+        PQclear(r);
+        return rc;
+    }
+    int exists = PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    if (!exists)
+        return -ENOENT;
+    r = PQexec(pc->c, "SELECT (SELECT value FROM chime.meta WHERE name = 'schema_version'),"
+                      " (SELECT value FROM chime.meta WHERE name = 'shards'),"
+                      " (SELECT value FROM chime.meta WHERE name = 'partition_ns')");
+    rc = chime__pg_status(pc, r);
+    if (rc == PG_OK) {
+        long version = atol(PQgetvalue(r, 0, 0));
+        out->shards = (unsigned)strtoul(PQgetvalue(r, 0, 1), NULL, 10);
+        out->partition_ns = strtoull(PQgetvalue(r, 0, 2), NULL, 10);
+        if (version != PG_SCHEMA_VERSION || !out->shards || out->shards > PG_MAX_SHARDS ||
+            !out->partition_ns)
+            rc = -EPROTO;
+    }
+    PQclear(r);
+    return rc;
+}
+
+static int run(struct pg_conn *pc, const char *sql)
+{
+    PGresult *r = PQexec(pc->c, sql);
+    int rc = chime__pg_status(pc, r);
+    PQclear(r);
+    return rc;
+}
+
+int chime__pg_schema_create(struct pg_conn *pc, unsigned shards, uint64_t partition_ns,
+                            struct pg_schema *found)
+{
+    if (!shards || shards > PG_MAX_SHARDS || partition_ns < UINT64_C(1000000000))
+        return -EINVAL;
+    int rc = chime__pg_schema_read(pc, found);
+    if (rc == 0 || rc == -EPROTO)
+        return -EEXIST;
+    if (rc != -ENOENT)
+        return rc;
+    rc = run(pc, "BEGIN");
+    for (size_t i = 0; rc == PG_OK && i < sizeof create_sql / sizeof *create_sql; i++)
+        rc = run(pc, create_sql[i]);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO chime.meta VALUES ('schema_version', '%d'), ('shards', '%u'),"
+             " ('partition_ns', '%" PRIu64 "'), ('created', now()::text)",
+             PG_SCHEMA_VERSION, shards, partition_ns);
+    if (rc == PG_OK)
+        rc = run(pc, sql);
+    snprintf(sql, sizeof sql, "INSERT INTO chime.shards (shard) SELECT generate_series(0, %u)",
+             shards - 1);
+    if (rc == PG_OK)
+        rc = run(pc, sql);
+    if (rc == PG_OK)
+        rc = run(pc, "COMMIT");
+    if (rc != PG_OK) {
+        if (rc != PG_LOST)
+            run(pc, "ROLLBACK");
+        return rc;
+    }
+    found->shards = shards;
+    found->partition_ns = partition_ns;
+    return 0;
+}
+
+/* The partition holding part p: number p / width, range [n * width, (n + 1) * width). */
+static int ensure_one(struct pg_conn *pc, uint64_t width, uint64_t n)
+{
+    char sql[400], name[64], hi[32];
+    snprintf(name, sizeof name, "chime.timers_%" PRIu64, n);
+    if ((n + 1) > (uint64_t)INT64_MAX / width)
+        snprintf(hi, sizeof hi, "MAXVALUE");
+    else
+        snprintf(hi, sizeof hi, "%" PRIu64, (n + 1) * width);
+    /* Nodes create the same partitions at once; IF NOT EXISTS alone does not make that safe (the
+     * loser's catalog insert fails), so creators queue on one advisory lock, held to the commit. */
+    snprintf(sql, sizeof sql,
+             "BEGIN; SELECT pg_advisory_xact_lock(%d); CREATE TABLE IF NOT EXISTS %s PARTITION OF"
+             " chime.timers FOR VALUES FROM (%" PRIu64 ") TO (%s); COMMIT",
+             PG_LOCK_PARTITIONS, name, n * width, hi);
+    int rc = run(pc, sql);
+    if (rc != PG_OK && rc != PG_LOST)
+        run(pc, "ROLLBACK");
+    return rc;
+}
+
+int chime__pg_partitions_ensure(struct pg_conn *pc, const struct pg_schema *sc, uint64_t from,
+                                uint64_t to)
+{
+    int rc = PG_OK;
+    for (uint64_t n = from / sc->partition_ns; rc == PG_OK && n <= to / sc->partition_ns; n++)
+        rc = ensure_one(pc, sc->partition_ns, n);
+    return rc;
+}
+
+/* Settle partition n (see SETTLED PARTITIONS). Return: 1 dropped, 0 not settled yet, or PG_*. */
+static int retire_one(struct pg_conn *pc, uint64_t n)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT EXISTS (SELECT 1 FROM chime.timers_%" PRIu64 " t JOIN chime.keys k"
+             " ON k.key = t.key AND k.version = t.version WHERE k.end_epoch IS NULL)",
+             n);
+    PGresult *r = PQexec(pc->c, sql);
+    int rc = chime__pg_status(pc, r);
+    int pending = rc == PG_OK && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    if (rc != PG_OK || pending)
+        return rc;
+    /* No version in it is pending, and none can become so: a put never lands in a partition that
+     * has ended (pg_part), and a pending version is only ever replaced by a newer one. */
+    snprintf(sql, sizeof sql,
+             "DELETE FROM chime.keys k USING chime.timers_%" PRIu64 " t"
+             " WHERE k.key = t.key AND k.version = t.version AND k.end_epoch IS NOT NULL",
+             n);
+    rc = run(pc, sql);
+    if (rc != PG_OK)
+        return rc;
+    /* Dropping a partition locks the parent for an instant; never queue behind a long reader
+     * (everything else would queue behind us): try, and try again next round. */
+    snprintf(sql, sizeof sql,
+             "BEGIN; SET LOCAL lock_timeout = '100ms'; DROP TABLE chime.timers_%" PRIu64
+             "; COMMIT",
+             n);
+    rc = run(pc, sql);
+    if (rc != PG_OK && rc != PG_LOST)
+        run(pc, "ROLLBACK");
+    return rc == PG_OK ? 1 : rc == PG_RETRY ? 0 : rc;
+}
+
+int chime__pg_partitions_retire(struct pg_conn *pc, const struct pg_schema *sc, uint64_t now,
+                                unsigned *dropped)
+{
+    *dropped = 0;
+    PGresult *r = PQexec(pc->c, "SELECT c.relname FROM pg_inherits i JOIN pg_class c"
+                                " ON c.oid = i.inhrelid WHERE i.inhparent = 'chime.timers'::regclass");
+    int rc = chime__pg_status(pc, r);
+    if (rc != PG_OK) {
+        PQclear(r);
+        return rc;
+    }
+    int rows = PQntuples(r);
+    uint64_t *ns = malloc((size_t)(rows ? rows : 1) * sizeof *ns);
+    int k = 0;
+    for (int i = 0; ns && i < rows; i++) {
+        uint64_t n;
+        if (sscanf(PQgetvalue(r, i, 0), "timers_%" SCNu64, &n) == 1 &&
+            n < UINT64_MAX / sc->partition_ns - 2 && (n + 2) * sc->partition_ns <= now)
+            ns[k++] = n; /* ended at least one width ago */
+    }
+    PQclear(r);
+    if (!ns)
+        return -ENOMEM;
+    for (int i = 0; i < k && rc == PG_OK; i++) {
+        int d = retire_one(pc, ns[i]);
+        if (d > 0)
+            (*dropped)++;
+        else if (d < 0)
+            rc = d;
+    }
+    free(ns);
+    return rc;
+}
+
+unsigned chime__pg_shard_of(const void *key, size_t len, unsigned shards)
+{
+    return (unsigned)(chime__siphash128(0, 0, key, len).lo % shards);
+}

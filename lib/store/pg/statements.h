@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The statements a write lane sends (lanes.c), one per kind of operation, each over arrays so that
+ * one statement carries a whole batch. Every one orders its rows by key where it can, so that two
+ * transactions lock the rows of keys they share in the same order (a deadlock is retried, but costs
+ * a round trip).
+ *
+ * Owner statements (ack, bury, retry) lock the shard rows they act for FOR SHARE, after checking
+ * owner, token, epoch and expiry by the database's clock; an acquisition updates those rows, so it
+ * waits for them and they fail after it (pg.h, P1).
+ */
+#ifndef CHIME_STORE_PG_STATEMENTS_H
+#define CHIME_STORE_PG_STATEMENTS_H
+
+/* A user's put: $1 keys, $2 dues, $3 parts, $4 shards, $5 attempts, $6 payloads. Each key's row is
+ * replaced only by a greater version (P4); a put whose version lost to a concurrent one returns no
+ * row (it happened first, and was replaced). Returns (i, version) of the puts that won. */
+#define PG_SQL_PUT                                                                                 \
+    "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int8[], $4::int4[], $5::int4[]," \
+    " $6::bytea[]) WITH ORDINALITY AS u(key, due, part, shard, attempt, payload, i)),"            \
+    " t AS (INSERT INTO chime.timers (part, shard, key, version, due, payload)"                    \
+    " SELECT part, shard, key, nextval('chime.versions'), due, payload FROM u ORDER BY key"        \
+    " RETURNING key, version),"                                                                    \
+    " k AS (INSERT INTO chime.keys AS k (key, version, part, shard, attempt)"                      \
+    " SELECT u.key, t.version, u.part, u.shard, u.attempt FROM t JOIN u ON u.key = t.key"          \
+    " ORDER BY u.key ON CONFLICT (key) DO UPDATE SET version = excluded.version,"                  \
+    " part = excluded.part, shard = excluded.shard, attempt = excluded.attempt, fire_epoch = 0,"   \
+    " end_epoch = NULL, ended_at = NULL WHERE k.version < excluded.version"                        \
+    " RETURNING k.key, k.version)"                                                                 \
+    " SELECT u.i, k.version FROM k JOIN u ON u.key = k.key"
+
+/* A retry (the owner's, conditional on the version that fired): $1 keys, $2 if_versions,
+ * $3 shards, $4 epochs, $5 dues, $6 parts, $7 attempts, $8 payloads, $9 owner, $10 token.
+ * Returns (i, version) of the retries that were recorded. */
+#define PG_SQL_RETRY                                                                               \
+    "WITH f AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int4[], $4::int8[], $5::int8[]," \
+    " $6::int8[], $7::int4[], $8::bytea[]) WITH ORDINALITY"                                        \
+    " AS f(key, if_version, shard, epoch, due, part, attempt, payload, i)),"                       \
+    " s AS MATERIALIZED (SELECT shard, epoch FROM chime.shards"                                    \
+    " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $9 AND token = $10::int8" \
+    " AND expires > clock_timestamp() ORDER BY shard FOR SHARE),"                                  \
+    " g AS MATERIALIZED (SELECT f.*, nextval('chime.versions') AS nv FROM f"                       \
+    " JOIN s ON s.shard = f.shard AND s.epoch = f.epoch ORDER BY f.key),"                          \
+    " k AS (UPDATE chime.keys k SET version = g.nv, part = g.part, attempt = g.attempt,"           \
+    " fire_epoch = 0 FROM g WHERE k.key = g.key AND k.version = g.if_version"                      \
+    " AND k.end_epoch IS NULL RETURNING k.key, k.version),"                                        \
+    " t AS (INSERT INTO chime.timers (part, shard, key, version, due, payload)"                    \
+    " SELECT g.part, g.shard, g.key, k.version, g.due, g.payload FROM g JOIN k ON k.key = g.key)"  \
+    " SELECT g.i, k.version FROM g JOIN k ON k.key = g.key"
+
+/* Cancels: $1 keys, $2 the version each must not cancel (its firing has begun; 0 none). Ends the
+ * pending version unless its firing is recorded or begun (a no-op update then, which reports it).
+ * Returns (i, version, cancelled) for each key that had a pending version. */
+#define PG_SQL_CANCEL                                                                              \
+    "WITH c AS (SELECT * FROM unnest($1::bytea[], $2::int8[]) WITH ORDINALITY AS c(key, firing, i))" \
+    " UPDATE chime.keys k SET"                                                                     \
+    " end_epoch = CASE WHEN k.fire_epoch = 0 AND k.version <> c.firing THEN 0 END,"                \
+    " ended_at = CASE WHEN k.fire_epoch = 0 AND k.version <> c.firing THEN clock_timestamp() END"  \
+    " FROM c WHERE k.key = c.key AND k.end_epoch IS NULL"                                          \
+    " RETURNING c.i, k.version, k.end_epoch IS NOT NULL"
+
+/* Acknowledgements: $1 keys, $2 versions, $3 shards, $4 epochs, $5 owner, $6 token. */
+#define PG_SQL_ACK                                                                                 \
+    "WITH f AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int4[], $4::int8[])"             \
+    " AS f(key, version, shard, epoch)),"                                                          \
+    " s AS MATERIALIZED (SELECT shard, epoch FROM chime.shards"                                    \
+    " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $5 AND token = $6::int8"  \
+    " AND expires > clock_timestamp() ORDER BY shard FOR SHARE)"                                   \
+    " UPDATE chime.keys k SET end_epoch = f.epoch, ended_at = clock_timestamp()"                   \
+    " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch"                                    \
+    " WHERE k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL"
+
+/* Burials: $1 keys, $2 versions, $3 shards, $4 epochs, $5 dues, $6 attempts, $7 payloads,
+ * $8 owner, $9 token. The version ends (as an acknowledgement would) and becomes the key's dead
+ * letter, replacing an older one. */
+#define PG_SQL_BURY                                                                                \
+    "WITH f AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int4[], $4::int8[], $5::int8[]," \
+    " $6::int4[], $7::bytea[]) AS f(key, version, shard, epoch, due, attempt, payload)),"          \
+    " s AS MATERIALIZED (SELECT shard, epoch FROM chime.shards"                                    \
+    " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $8 AND token = $9::int8"  \
+    " AND expires > clock_timestamp() ORDER BY shard FOR SHARE),"                                  \
+    " k AS (UPDATE chime.keys k SET end_epoch = f.epoch, ended_at = clock_timestamp()"             \
+    " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch"                                    \
+    " WHERE k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL RETURNING k.key)"      \
+    " INSERT INTO chime.dead AS d (key, shard, due, attempt, payload, died)"                       \
+    " SELECT f.key, f.shard, f.due, f.attempt, f.payload, clock_timestamp() FROM f"                \
+    " JOIN k ON k.key = f.key ORDER BY f.key ON CONFLICT (key) DO UPDATE SET shard = excluded.shard," \
+    " due = excluded.due, attempt = excluded.attempt, payload = excluded.payload,"                 \
+    " died = excluded.died, seq = nextval('chime.dead_order')"
+
+/* Requeues: $1 keys, $2 dues, $3 parts. The dead letter becomes a put of its payload (attempt 0).
+ * Returns (i, version, payload, shard) for each key that had a dead letter. */
+#define PG_SQL_REQUEUE                                                                             \
+    "WITH f AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int8[]) WITH ORDINALITY"        \
+    " AS f(key, due, part, i)),"                                                                   \
+    " d AS (DELETE FROM chime.dead d USING f WHERE d.key = f.key RETURNING d.key, d.shard,"        \
+    " d.payload),"                                                                                 \
+    " g AS MATERIALIZED (SELECT f.i, f.key, f.due, f.part, d.shard, d.payload,"                    \
+    " nextval('chime.versions') AS nv FROM f JOIN d ON d.key = f.key ORDER BY f.key),"             \
+    " t AS (INSERT INTO chime.timers (part, shard, key, version, due, payload)"                    \
+    " SELECT part, shard, key, nv, due, payload FROM g),"                                          \
+    " k AS (INSERT INTO chime.keys AS k (key, version, part, shard, attempt)"                      \
+    " SELECT key, nv, part, shard, 0 FROM g ON CONFLICT (key) DO UPDATE SET"                       \
+    " version = excluded.version, part = excluded.part, shard = excluded.shard, attempt = 0,"      \
+    " fire_epoch = 0, end_epoch = NULL, ended_at = NULL WHERE k.version < excluded.version"        \
+    " RETURNING k.key)"                                                                            \
+    " SELECT g.i, g.nv, g.payload, g.shard FROM g"
+
+/* Dead-letter deletions: $1 keys. Returns i of each key that had one. */
+#define PG_SQL_DROP                                                                                \
+    "DELETE FROM chime.dead d USING unnest($1::bytea[]) WITH ORDINALITY AS f(key, i)"             \
+    " WHERE d.key = f.key RETURNING f.i"
+
+/* Notifications to owners of puts due soon: $1 payloads ("shard:hexkey"). */
+#define PG_SQL_NOTIFY "SELECT count(pg_notify('chime', x)) FROM unnest($1::text[]) x"
+
+#endif /* CHIME_STORE_PG_STATEMENTS_H */
