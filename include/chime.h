@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chime: a hierarchical, cascading timing-wheel engine.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The bit operations chime relies on, in one place. ctz is undefined for 0 (the builtins are), so
  * every call site says why its argument cannot be zero. Tested by test/test_bits.c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* chime_strerror: the names of the error codes chime returns. */
 #include <errno.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // What chime-perf prints: a progress line per measurement ("[n/m] ..."), then the summary: one table
 // per single-threaded workload (the wheel against the tuned heap and the sorted list), the threaded
 // runtime's figures, and the project's goals that this run measured, each met or not. Nothing here

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The hierarchical timing wheel: levels of slots, each slot an array of node indices.
  *

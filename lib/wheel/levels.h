@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The wheel's levels: where each pending timer's entry sits, and how time moves them. levels.c opens
  * with the design (the mixed-radix clock, placement, cascading, the invariants); this header holds

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The public wheel: chime_wheel_* (include/chime.h) over the levels (levels.c, which opens with the
  * design: the mixed-radix clock, placement, cascading and the invariants) and the nodes (nodes.h:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Internal to chime: what the library's files and tests share about the wheel beyond chime.h. */
 #ifndef CHIME_WHEEL_H
 #define CHIME_WHEEL_H
