@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chime: a hierarchical, cascading timing-wheel engine.
  *
@@ -229,7 +230,8 @@ CHIME_API uint64_t chime_wheel_now(const chime_wheel *w);
  * reschedule timers without a lock: each call pushes onto a lock-free queue that the advancing thread
  * drains. The thread sleeps until the earliest deadline (no tick while idle), fires what is due and
  * runs callbacks itself, or hands them to a pool of worker threads so that a slow callback cannot
- * hold up the clock. Time is CLOCK_MONOTONIC in nanoseconds. docs/design.md explains the protocol.
+ * hold up the clock. Time is CLOCK_MONOTONIC in nanoseconds. docs/design.md explains the design;
+ * lib/runtime/state.h holds the protocol between threads.
  *
  * Rules shared by every function below:
  *   - Deadlines round up to the next tick: a timer never fires early. It fires as soon as the
@@ -238,13 +240,14 @@ CHIME_API uint64_t chime_wheel_now(const chime_wheel *w);
  *     crash. Schedules made by one thread are applied in their order.
  *   - Errors are negative errno values: -EINVAL (bad argument), -ERANGE (deadline past the clock's
  *     range), -ENOMEM, -ENOENT, -EAGAIN (max_pending reached), -ESHUTDOWN (stopped, or stopping and
- *     the call would add a timer), -EDEADLK (stop from a callback).
+ *     the call would add a timer), -EDEADLK (stop from a callback), -ECHILD (a thread could not be
+ *     started).
  */
 
 typedef struct chime_timer chime_timer;
 
 struct chime_timer_config {          /* all zero (or a NULL config) means the defaults */
-    uint64_t tick_ns;                /* 0 = 1 ms (1000000) */
+    uint64_t tick_ns;                /* 0 = 1 ms (1000000); at most CHIME_MAX_TICK_NS */
     unsigned levels;                 /* wheel layout as in chime_wheel_config; 0 = the clock layout */
     uint32_t slots[CHIME_MAX_LEVELS];
     size_t max_pending;              /* 0 = no limit; past it, schedules return -EAGAIN */
@@ -252,6 +255,9 @@ struct chime_timer_config {          /* all zero (or a NULL config) means the de
                                         (at most CHIME_MAX_WORKERS) */
 };
 #define CHIME_MAX_WORKERS 256
+/* The longest tick: an hour. Deadlines round up to a tick, so a longer one only delays every timer
+ * (with UINT64_MAX, 584 years: a draining stop would wait that long). */
+#define CHIME_MAX_TICK_NS (UINT64_C(3600) * 1000000000u)
 
 enum chime_stop {
     CHIME_STOP_DRAIN = 1, /* refuse new timers, let every pending one-shot timer fire, then stop */
@@ -283,29 +289,36 @@ struct chime_stats {
 /*
  * Create a runtime and start its advancing thread (and workers).
  * @out: receives the timer; untouched on error.  @cfg: NULL means the defaults.
- * Return: 0; -EINVAL if out is NULL, the layout is invalid (as chime_wheel_new), or workers exceeds
- *         CHIME_MAX_WORKERS; -ENOMEM; -EAGAIN if a thread could not be started.
- * Complexity: O(slots + workers), plus thread creation.
+ * Return: 0; -EINVAL if out is NULL, the layout is invalid (as chime_wheel_new), tick_ns exceeds
+ *         CHIME_MAX_TICK_NS, or workers exceeds CHIME_MAX_WORKERS; -ENOMEM; -ECHILD if a thread
+ *         could not be started.
+ * Complexity: O(slots + workers), plus thread creation; the first runtime of a process also spends
+ *             about a millisecond measuring the TSC against CLOCK_MONOTONIC (see schedule).
  * Thread safety: any thread.
  */
 CHIME_API int chime_timer_new(chime_timer **out, const struct chime_timer_config *cfg);
 
 /*
- * Schedule fn(arg) to run once, delay_ns from now (CLOCK_MONOTONIC), rounded up to a tick.
+ * Schedule fn(arg) to run once, delay_ns from now (CLOCK_MONOTONIC), rounded up to a tick. "Now" is
+ * never earlier than CLOCK_MONOTONIC at the call (so the timer never fires early) and at most a few
+ * microseconds later: where the kernel's clock is the TSC, it is read from the TSC, a real clock read
+ * being made once every few microseconds per thread (docs/design.md, "The clock").
  * @id: receives the id before the timer can fire (so fn may read it); may be NULL.
  * Return: 0; -EINVAL if t or fn is NULL; -ERANGE if now + delay_ns passes UINT64_MAX; -EAGAIN if
  *         max_pending timers are pending; -ESHUTDOWN once stop has begun; -ENOMEM.
- * Complexity: O(1): a clock read, a pop from a per-thread-shard free stack, one atomic exchange on the
+ * Complexity: O(1): a TSC read, a pop from a per-thread-shard free stack, one atomic exchange on the
  *             queue; a system call only to wake the advancing thread when this timer is due before
  *             the time it sleeps until, or when the shard's free records run out.
- * Thread safety: any thread, including callbacks; lock-free.
+ * Thread safety: any thread, including callbacks; lock-free (but when the pool must grow, which
+ *                takes a mutex shared by growing producers only).
  */
 CHIME_API int chime_timer_schedule(chime_timer *t, uint64_t delay_ns, chime_fn *fn, void *arg,
                                    chime_id *id);
 
 /*
- * As chime_timer_schedule, at an absolute CLOCK_MONOTONIC deadline (a past one fires at once). No
- * clock read. Return, complexity and thread safety as chime_timer_schedule (no -ERANGE).
+ * As chime_timer_schedule, at an absolute CLOCK_MONOTONIC deadline (a past one fires at once), such
+ * as chime_timer_now() + delay. No clock read. Return, complexity and thread safety as
+ * chime_timer_schedule (no -ERANGE).
  */
 CHIME_API int chime_timer_schedule_at(chime_timer *t, uint64_t deadline_ns, chime_fn *fn,
                                       void *arg, chime_id *id);
@@ -361,7 +374,9 @@ CHIME_API int chime_timer_reschedule(chime_timer *t, chime_id id, uint64_t delay
 CHIME_API int chime_timer_stop(chime_timer *t, enum chime_stop how, chime_fn *on_unfired);
 
 /*
- * Stop the runtime if it is running (as CHIME_STOP_NOW without on_unfired) and free everything.
+ * Stop the runtime if it is running (as CHIME_STOP_NOW without on_unfired) and free everything. To
+ * have every timer that will not fire handed back, call chime_timer_stop(t, CHIME_STOP_NOW,
+ * on_unfired) first: free then finds the runtime stopped.
  * @t: may be NULL (no-op).
  * Complexity: O(pool capacity). Thread safety: no other call on t may be running or follow; must not
  * be called from one of t's callbacks.
@@ -375,6 +390,14 @@ CHIME_API void chime_timer_free(chime_timer *t);
  * Complexity: O(buckets). Thread safety: any thread, any time before chime_timer_free.
  */
 CHIME_API void chime_timer_stats(const chime_timer *t, struct chime_stats *out);
+
+/*
+ * The runtime's clock: CLOCK_MONOTONIC in nanoseconds, the time base of chime_timer_schedule_at's
+ * deadlines. chime_timer_schedule_at(t, chime_timer_now(t) + d, ...) never fires before d has passed.
+ * Return: the time; 0 if t is NULL. Complexity: O(1): one clock read.
+ * Thread safety: any thread, any time before chime_timer_free.
+ */
+CHIME_API uint64_t chime_timer_now(const chime_timer *t);
 
 /* ==== Durable timers ==========================================================================
  *
@@ -513,7 +536,7 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  *         -EBADMSG if the journal is damaged other than by a torn tail (a checksum fails in a file
  *         that had been completely written: run `chime-store verify` on the directory); -ENOMEM;
  *         -EIO, -ENOSPC, or another negative errno from the file system (-EACCES, -ENOTDIR, ...);
- *         -EAGAIN if a thread could not be started.
+ *         -ECHILD if a thread could not be started.
  *         With cfg->postgres: -ENOTSUP if this build has no PostgreSQL support (libpq);
  *         -ECONNREFUSED if the database cannot be reached (open does not wait for it); -ENOENT if it
  *         has no schema `chime` (run chime-store --postgres CONNINFO init); -EPROTO if the schema is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The allocation layer's out-of-line half: page mappings, the test hooks. See alloc.h. */
 #define _GNU_SOURCE /* mremap, MREMAP_MAYMOVE, MADV_DONTNEED: Linux interfaces beyond C11 */
 #include "alloc.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Where chime's memory comes from, and the one place tests can make it run out.
  *

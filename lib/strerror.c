@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* chime_strerror: the names of the error codes chime returns. */
 #include <errno.h>
 
@@ -14,6 +15,7 @@ CHIME_API const char *chime_strerror(int err)
     case -ESHUTDOWN: return "timer is stopped";
     case -EDEADLK: return "would deadlock: called from a callback";
     case -ERANGE: return "deadline beyond the clock's range";
+    case -ECHILD: return "a thread could not be started";
     /* the durable store's */
     case -EBUSY: return "the store's directory is open in another process (or store)";
     case -EINPROGRESS: return "the timer's handler is running: it cannot be cancelled";

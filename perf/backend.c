@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The wheel's, the id-checked heap's and the list's backends of backend.h: thin adapters from the
  * table's void * to each structure (the intrusive heap's, which needs ids, is in iheap_ids.c). The

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * One function table over every timer structure chime is measured against: the wheel (chime itself),
  * the tuned intrusive heap (iheap.h, binary and 4-ary, through an adapter that maps ids onto its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A self-test of the baselines where the differential test (test/test_diff.c) does not reach:
  * callbacks that schedule, cancel and reschedule while an advance runs (the heaps' parked arrays,

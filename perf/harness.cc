@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // chime-perf, chime's perf harness: the wheel against a tuned intrusive heap and a sorted list over a
 // grid of N (workloads.cc, memory.cc), the threaded runtime's workloads (runtime_bench.cc), then a
 // summary with the ratios and the goals the run measured (summary.cc). docs/perf.md explains it all.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // What the files of chime-perf share: the run's options, registration through the run's filter (so
 // the progress line knows how many measurements there are), the figures the summary prints, and the
 // random numbers every workload draws from. docs/perf.md describes the harness.

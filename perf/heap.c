@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The binary min-heap baseline: see heap.h for the design.
  *

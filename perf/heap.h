@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Baseline 3 ("idheap" in the harness): a binary min-heap of timers with the wheel's kind of handles,
  * generation-checked 64-bit ids looked up in a slot table (slots.h). The heap users are compared

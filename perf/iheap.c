@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The tuned intrusive heap baseline: see iheap.h for the design.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Baseline 1: a tuned intrusive min-heap of timers, what a C programmer who wants a heap writes (the
  * shape of libuv's timer heap, packed tighter): the heap users are compared against.

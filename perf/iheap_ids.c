@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The intrusive heap (iheap.h) behind backend.h's id-based table, for correctness checking only: the
  * differential test and check_baselines drive every structure by id, and the intrusive heap has no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The sorted-list baseline: see list.h for the design.
  *

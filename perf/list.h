@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Baseline 2: a sorted doubly linked list of timers, what Redis' ae.c and most first designs do,
  * written as well as the design allows:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // Memory per pending timer, as the operating system sees it: the growth of the process's resident
 // anonymous memory while N timers are scheduled into a structure created for the purpose, divided by
 // N, measured in a freshly executed copy of chime-perf (one per structure and N).

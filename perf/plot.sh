@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Plot a chime-perf JSON file (--benchmark_out) as SVG charts with gnuplot, reading the JSON with jq:
 #   - one chart per single-threaded workload: cost per operation against N on log-log axes, one line
 #     per structure (memory: bytes per timer on a linear axis; idle_advance, one N: bars);

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # chime's perf run: build chime in release mode with its harness, run chime-perf, keep the console
 # output and the JSON, print the summary, draw the SVG charts.
 #

@@ -1,6 +1,7 @@
+/* SPDX-License-Identifier: MIT */
 // The threaded runtime's workloads: schedule throughput from 1 and 2 producers, churn at 10^6 pending
-// timers, a burst's firing lateness at two ticks, idle CPU and wake-ups, memory through storms and
-// bursts, and bytes per pending timer.
+// timers, a burst's firing lateness at two ticks (and, as its floor, a plain thread's wake-up
+// lateness), idle CPU and wake-ups, memory through storms and bursts, and bytes per pending timer.
 //
 // Unlike the wheel's workloads these run against the real clock and real threads, one iteration per
 // repetition (each is a second or so of work); the figures each repetition measures are noted and the
@@ -9,6 +10,7 @@
 #include <benchmark/benchmark.h>
 #include <dirent.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -149,6 +151,31 @@ void BM_runtime_schedule(benchmark::State &st) {
   st.SetItemsProcessed(int64_t(st.iterations() * total));
 }
 
+// ---- the clock ----
+
+// What the producer's clock costs: a vDSO read of CLOCK_MONOTONIC (what chime_timer_schedule read
+// before, and what it still reads where the kernel's clocksource is not the TSC) and a bare TSC read
+// (what it reads now, docs/design.md "The clock"), each in a loop on one thread, ns per read. The
+// difference between BM_runtime_schedule's two forms is the clock as the runtime pays for it.
+void BM_runtime_clock(benchmark::State &st) {
+  const size_t reads = quick() ? 1000000 : 10000000;
+  for (auto _ : st) {
+    uint64_t sink = 0, t0 = mono_ns();
+    for (size_t i = 0; i < reads; i++) sink += mono_ns();
+    uint64_t t1 = mono_ns();
+#if defined(__x86_64__)
+    for (size_t i = 0; i < reads; i++) sink += __builtin_ia32_rdtsc();
+#endif
+    uint64_t t2 = mono_ns();
+    benchmark::DoNotOptimize(sink);
+    st.SetIterationTime(double(t2 - t0) / 1e9);
+    note(st, "clock_monotonic_ns", "clock: one CLOCK_MONOTONIC read through the vDSO (ns)", double(t1 - t0) / double(reads));
+#if defined(__x86_64__)
+    note(st, "clock_tsc_ns", "clock: one TSC read, unfenced (ns)", double(t2 - t1) / double(reads));
+#endif
+  }
+}
+
 // ---- churn ----
 
 // n timers pending an hour or two away; one producer replaces random ones: cancel (which must
@@ -264,6 +291,38 @@ void BM_runtime_burst(benchmark::State &st) {
     note_histogram(st, late);
   }
   st.SetItemsProcessed(int64_t(st.iterations() * kShots));
+}
+
+// ---- the machine's own wake-up lateness ----
+
+// The floor under the burst's lateness: a plain thread (no chime), its timer slack 1 ns as the
+// advancing thread's, sleeps with clock_nanosleep to 5000 absolute deadlines 100 us apart (1 to
+// 500 ms from the start, as the burst's) and notes how late it woke for each. On a shared or
+// loaded machine this is how late any thread that sleeps until a deadline wakes; a runtime cannot
+// fire earlier after its deadline than its thread wakes.
+void BM_runtime_sleeper(benchmark::State &st) {
+  constexpr size_t kWakes = 5000;
+  for (auto _ : st) {
+    std::vector<double> late(kWakes);
+    uint64_t start = mono_ns();
+    std::thread th([&] {
+      prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+      for (size_t k = 0; k < kWakes; k++) {
+        uint64_t deadline = start + kMs + k * (kMs / 10);
+        timespec ts{time_t(deadline / 1000000000u), long(deadline % 1000000000u)};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) != 0) {
+        }
+        late[k] = double(mono_ns() - deadline) / 1e3;
+      }
+    });
+    th.join();
+    st.SetIterationTime(double(mono_ns() - start) / 1e9);
+    std::sort(late.begin(), late.end());
+    const std::string what = "a plain thread sleeping to 5000 deadlines over 1-500 ms: wake-up lateness ";
+    note(st, "sleeper_p50_us", what + "p50 (us)", late[kWakes / 2]);
+    note(st, "sleeper_p99_us", what + "p99 (us)", late[kWakes * 99 / 100]);
+    note(st, "sleeper_max_us", what + "max (us)", late.back());
+  }
 }
 
 // ---- idle ----
@@ -404,10 +463,12 @@ void register_runtime_benchmarks() {
   constexpr unsigned kScenario = kOnce | kManualTime | kMillis;
   for (int64_t at : {0, 1})
     for (int64_t p : {1, 2}) add("BM_runtime_schedule", {"producers", "at"}, {p, at}, BM_runtime_schedule, kScenario);
+  add("BM_runtime_clock", {}, {}, BM_runtime_clock, kScenario);
   add("BM_runtime_churn", {"pending"}, {quick() ? 10000 : 1000000}, BM_runtime_churn, kScenario);
   add("BM_runtime_burst", {"tick_us", "pending"}, {1000, 0}, BM_runtime_burst, kScenario);
   add("BM_runtime_burst", {"tick_us", "pending"}, {100, 0}, BM_runtime_burst, kScenario);
   if (full()) add("BM_runtime_burst", {"tick_us", "pending"}, {1000, 1000000}, BM_runtime_burst, kScenario);
+  add("BM_runtime_sleeper", {}, {}, BM_runtime_sleeper, kScenario);
   add("BM_runtime_idle", {"pending"}, {quick() ? 100000 : 1000000}, BM_runtime_idle, kScenario);
   add("BM_runtime_memory", {"timers"}, {full() ? 10000000 : 1000000}, BM_runtime_memory, kScenario);
   for (int64_t n : quick() ? std::vector<int64_t>{100000} : full() ? std::vector<int64_t>{1000000, 10000000} : std::vector<int64_t>{1000000})

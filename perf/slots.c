@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The baselines' handle table: see slots.h. */
 #include "slots.h"
 

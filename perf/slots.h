@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The handle table of the id-based baselines (the list, the id-checked heap, and the id adapter of
  * the intrusive heap): one slot per timer holding what it runs and its generation,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // The single-threaded timer structures chime-perf compares, behind one static interface, and the
 // setup every workload shares. Each structure is called directly, one out-of-line call per operation:
 // the wheel through the shared library (as users call it), the baselines through their static

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // What chime-perf prints: a progress line per measurement ("[n/m] ..."), then the summary: one table
 // per single-threaded workload (the wheel against the tuned heap and the sorted list), the threaded
 // runtime's figures, and the project's goals that this run measured, each met or not. Nothing here
@@ -96,7 +97,7 @@ const std::pair<const char *, const char *> kUnits[] = {
 // Columns in this order, where present.
 const char *const kStructures[] = {"wheel", "heap", "list", "heap_2ary", "heap_4ary", "idheap"};
 // The runtime's figures in this order (by key prefix), each group in key order.
-const char *const kRuntimeOrder[] = {"schedule_", "churn_", "burst_", "idle_", "memory_", "bytes_"};
+const char *const kRuntimeOrder[] = {"schedule_", "clock_", "churn_", "burst_", "sleeper_", "idle_", "memory_", "bytes_"};
 
 std::string cell(double v, const char *fmt) {
   if (v < 0) return "-";

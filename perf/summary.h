@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // chime-perf's output: the progress line of each measurement and the summary at the end (summary.cc).
 #ifndef CHIME_PERF_SUMMARY_H
 #define CHIME_PERF_SUMMARY_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // The single-threaded workloads: the wheel against the tuned heap and the sorted list (and, in a full
 // run, the heap of the other arity and the id-checked heap), workload by workload, over one grid of N.
 //

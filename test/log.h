@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A log of which callbacks ran and what the wheel's time was when they did, shared by the tests. */
 #ifndef CHIME_TEST_LOG_H
 #define CHIME_TEST_LOG_H

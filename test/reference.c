@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The reference timer structure: see reference.h. Slow on purpose: obviously right is the point. */
 #include "reference.h"
 

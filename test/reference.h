@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The trivially correct timer structure the differential test compares against: a sorted array of
  * (effective deadline, sequence). Its rules are chime_wheel's, written as plainly as possible:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A small seeded generator for the randomised tests (splitmix64: one state word, good enough mixing). */
 #ifndef CHIME_TEST_RNG_H
 #define CHIME_TEST_RNG_H

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The SPDX-License-Identifier header of every source file (C and C++ sources and headers, shell
-# scripts, meson.build, linker scripts) under lib/, include/, test/, perf/ and docs/examples/.
-#
+# scripts, meson.build, linker scripts) under lib/, include/, test/, perf/, tools/ and docs/examples/.
+
 #   test/spdx.sh check [ROOT]     TAP, one line per file: fails for a file without the header
 #                                 within its first two lines (the second when the first is #!).
 #   test/spdx.sh insert FILE...   add the header to the files that lack it:
@@ -10,18 +10,14 @@
 #                                 and linker-script files; "# SPDX-License-Identifier: MIT" on the
 #                                 first line of meson.build, or after the #! line of a script.
 #   test/spdx.sh insert --all     the same for every file the check covers.
-#
-# test/spdx-pending.txt lists files known to lack the header until their owners add it (the check
-# reports each as "not ok ... # TODO", which does not fail); a listed file that has the header, or
-# no longer exists, fails, so the list only shrinks. Once `test/spdx.sh insert --all` has run, delete
-# the list.
+
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 license=MIT
 
 # The files the check covers, relative to the root, sorted.
 sources() {
-  (cd "$1" && find lib include test perf docs/examples -type f \
+  (cd "$1" && find lib include test perf tools docs/examples -type f \
      \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cpp' -o -name '*.hpp' \
         -o -name '*.sh' -o -name '*.py' -o -name '*.map' -o -name meson.build \) | sort)
 }
@@ -50,32 +46,16 @@ insert() {
 case ${1:-} in
 check)
   root=$(cd "${2:-$here/..}" && pwd)
-  pending=$root/test/spdx-pending.txt
-  declare -A is_pending=()
-  if [ -f "$pending" ]; then
-    while read -r f; do [ -n "$f" ] && [ "${f#\#}" = "$f" ] && is_pending[$f]=1; done <"$pending"
-  fi
   mapfile -t files < <(sources "$root")
-  echo "1..$(( ${#files[@]} + ${#is_pending[@]} ))"
+  echo "1..${#files[@]}"
   n=0
   failed=0
   for f in "${files[@]}"; do
     n=$((n + 1))
     if has_header "$root/$f"; then
       echo "ok $n - $f"
-    elif [ -n "${is_pending[$f]:-}" ]; then
-      echo "not ok $n - $f # TODO listed in test/spdx-pending.txt"
     else
       echo "not ok $n - $f has no SPDX-License-Identifier (test/spdx.sh insert $f)"
-      failed=1
-    fi
-  done
-  for f in $(printf '%s\n' "${!is_pending[@]}" | sort); do
-    n=$((n + 1))
-    if [ -f "$root/$f" ] && ! has_header "$root/$f"; then
-      echo "ok $n - $f, listed as pending, still lacks the header"
-    else
-      echo "not ok $n - $f is listed in test/spdx-pending.txt but has the header or is gone: unlist it"
       failed=1
     fi
   done

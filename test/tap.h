@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A minimal TAP producer for the tests that cannot use Criterion: Criterion does not start under
  * ThreadSanitizer (Snaipe/Criterion#274), and the runtime's tests must run under TSan.

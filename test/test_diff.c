@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The differential test: long random runs of schedule, cancel, reschedule, periodic timers and
  * advances by small and huge steps, applied both to a subject and to the reference model

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The wheel's storage (levels.c, slot.c, nodes.c) seen through the public API: far timers in hidden
  * levels, tombstones and compaction, memory given back by trim, and a failure at every allocation

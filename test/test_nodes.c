@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The wheel's nodes: ids, generations, growth by remapping, reset. */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>

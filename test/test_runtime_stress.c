@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Concurrency stress of the threaded runtime on the real clock: producer threads schedule, cancel and
  * reschedule random timers while callbacks cancel and schedule others; then stop(NOW) and account for
@@ -23,6 +24,7 @@
 
 #include "chime.h"
 #include "rng.h"
+#include "runtime/runtime.h"
 #include "tap.h"
 
 #define MS UINT64_C(1000000)
@@ -206,6 +208,8 @@ static void round_with(unsigned workers, enum chime_stop how, bool during)
     uint32_t cb = atomic_load(&callback_next);
     account(callback_slots, cb < CALLBACK_SLOTS ? cb : CALLBACK_SLOTS, &scheduled, &fired, &runs,
             &cancelled, &unfired_n);
+    const char *err = chime__timer_check(timer); /* the pool's lists and the levels, after stop */
+    CHECK(err == NULL, "after stop: %s", err);
     struct chime_stats st;
     chime_timer_stats(timer, &st);
     printf("# workers %u, %s %s: %llu timers, %llu fired, %llu cancelled, %llu unfired, %llu runs\n",

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A slot's array: append and growth, the compaction threshold, exact sizes. (Compaction itself
  * rewrites nodes' positions, so it is tested through the wheel: test_wheel.c.) */
 #include <criterion/criterion.h>

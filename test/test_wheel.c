@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Unit tests of the wheel: each operation, each error code, the boundaries, the guarantees. */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The wheel's internal entry points for the threaded runtime: bounded advance, is_pending, trim. */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Re-entrancy: every wheel function called from inside a callback of the same wheel. */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>

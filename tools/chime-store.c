@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chime-store: look into a durable store's journal, so that an operator can audit and reconcile what
  * a service holds. It only reads (it takes no lock, and changes nothing), so it may run beside the

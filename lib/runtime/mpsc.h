@@ -1,102 +1,134 @@
+/* SPDX-License-Identifier: MIT */
 /*
- * An intrusive multi-producer, single-consumer queue (Dmitry Vyukov's non-intrusive-stub design, as
- * in ponyc's messageq.c and liburcu's wfcqueue): producers push with one atomic exchange and one
- * store, never a loop or a lock; the one consumer pops with loads and plain stores.
+ * An intrusive multi-producer, single-consumer queue linked by 32-bit node index (Dmitry Vyukov's
+ * non-intrusive-stub design, as in ponyc's messageq.c and liburcu's wfcqueue): producers push with
+ * one atomic exchange and one store, never a loop or a lock; the one consumer pops with loads and
+ * plain stores.
+ *
+ * The queue knows its nodes as indices into an array the owner gives (base, stride) whose nodes keep
+ * an _Atomic uint32_t link at offset link_at; the runtime's nodes are its timer records (records.h).
+ * The array must never move while the queue is in use: producers compute addresses from base.
+ * CHIME__MPSC_STUB names the queue's own stub node, CHIME__MPSC_NIL no node.
  *
  * The queue is a singly linked list from `tail` (oldest, the consumer's end) to `head` (newest, the
- * producers' end), always holding at least the stub node. push swaps itself in as head and then links
+ * producers' end), always holding at least the stub. push swaps itself in as head and then links
  * the old head to itself; between those two steps the list is briefly cut, and pop reports "nothing
- * yet" (chime__mpsc_pop returns NULL while chime__mpsc_empty is false) rather than wait for the link.
+ * yet" (chime__mpsc_pop returns NIL while chime__mpsc_empty is false) rather than wait for the link.
  *
  * Concurrency contract:
- *   - chime__mpsc_push: any thread, any number at once. Lock-free: wait-free, in fact.
+ *   - chime__mpsc_push: any thread, any number at once. Wait-free.
  *   - chime__mpsc_pop, chime__mpsc_empty: the consumer thread only (one at a time).
  *   - A node is in the queue at most once: pushing a node that is queued and not yet popped corrupts
- *     the list. (The runtime guards this with a "queued" bit in each timer's state word.) A popped node
- *     may be pushed again at once.
+ *     the list (the runtime guards this with the Q bit of each record's state word, state.h). A
+ *     popped node may be pushed again at once, by anyone, the consumer included.
  *   - Pushes from one thread are popped in their order; there is no order between threads.
  */
-#ifndef CHIME_MPSC_H
-#define CHIME_MPSC_H
+#ifndef CHIME_RUNTIME_MPSC_H
+#define CHIME_RUNTIME_MPSC_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
-struct chime__mpsc_node {
-    _Atomic(struct chime__mpsc_node *) next;
-};
+#define CHIME__MPSC_NIL UINT32_MAX
+#define CHIME__MPSC_STUB (UINT32_MAX - 1) /* never a node index: nodes are fewer than 2^28 */
 
 struct chime__mpsc {
-    /* The producers' end. Alone on its cache line: producers bounce it between themselves, and the
-     * consumer reads it only when the queue looks empty. */
-    _Alignas(64) _Atomic(struct chime__mpsc_node *) head;
+    /* The producers' end, with what they need to find a node's link (read-only after init).
+     * Alone on its cache line: producers bounce it between themselves, and the consumer reads it
+     * only when the queue looks empty. */
+    _Alignas(64) _Atomic uint32_t head;
+    size_t stride, link_at;
+    char *base;
     /* The consumer's end and the stub, on the consumer's own line. */
-    _Alignas(64) struct chime__mpsc_node *tail;
-    struct chime__mpsc_node stub;
+    _Alignas(64) uint32_t tail;
+    _Atomic uint32_t stub_link;
 };
 
-static inline void chime__mpsc_init(struct chime__mpsc *q)
+/* Make an empty queue over nodes at base + i * stride, each with its link at offset link_at. */
+static inline void chime__mpsc_init(struct chime__mpsc *q, void *base, size_t stride, size_t link_at)
 {
-    atomic_init(&q->stub.next, NULL);
-    atomic_init(&q->head, &q->stub);
-    q->tail = &q->stub;
+    q->base = base;
+    q->stride = stride;
+    q->link_at = link_at;
+    atomic_init(&q->stub_link, CHIME__MPSC_NIL);
+    atomic_init(&q->head, CHIME__MPSC_STUB);
+    q->tail = CHIME__MPSC_STUB;
 }
 
-/*
- * Append n. Everything the caller wrote to n (and to what n leads to) before this call is visible to
- * the consumer once it pops n.
- */
-static inline void chime__mpsc_push(struct chime__mpsc *q, struct chime__mpsc_node *n)
+static inline _Atomic uint32_t *chime__mpsc_link(struct chime__mpsc *q, uint32_t n)
+{
+    if (n == CHIME__MPSC_STUB)
+        return &q->stub_link;
+    return (_Atomic uint32_t *)(q->base + (size_t)n * q->stride + q->link_at);
+}
+
+/* A push is these two halves; between them the list is cut (see the top). Apart for the tests,
+ * which stop a push half-way; everyone else calls chime__mpsc_push. */
+static inline uint32_t chime__mpsc_push_begin(struct chime__mpsc *q, uint32_t n)
 {
     /* relaxed: n is not reachable by anyone until the exchange below publishes it. */
-    atomic_store_explicit(&n->next, NULL, memory_order_relaxed);
+    atomic_store_explicit(chime__mpsc_link(q, n), CHIME__MPSC_NIL, memory_order_relaxed);
     /*
      * seq_cst, not just acq_rel: the runtime's sleep protocol is a store-load handshake (Dekker). The
      * producer pushes, then loads the advancing thread's sleep_until; the advancing thread stores
      * sleep_until, then checks chime__mpsc_empty. Both sides seq_cst means at least one of them sees
-     * the other, so a push is never left unseen by a thread going to sleep. (On x86 the exchange is a
-     * locked instruction, a full barrier either way.) The acquire half orders this push after the
-     * previous producer's push of prev, whose next we write below.
+     * the other, so a push is never left unseen by a thread going to sleep (wake.h). On x86 the
+     * exchange is a locked instruction, a full barrier either way. The acquire half orders this push
+     * after the previous producer's push of prev, whose link push_end writes.
      */
-    struct chime__mpsc_node *prev = atomic_exchange_explicit(&q->head, n, memory_order_seq_cst);
-    /* release: pairs with the acquire loads of ->next in chime__mpsc_pop, so the consumer that follows
-     * this link sees n's contents. */
-    atomic_store_explicit(&prev->next, n, memory_order_release);
+    return atomic_exchange_explicit(&q->head, n, memory_order_seq_cst);
+}
+
+static inline void chime__mpsc_push_end(struct chime__mpsc *q, uint32_t prev, uint32_t n)
+{
+    /* release: pairs with the acquire loads of links in chime__mpsc_pop, so the consumer that follows
+     * this link sees what the caller wrote before the push. */
+    atomic_store_explicit(chime__mpsc_link(q, prev), n, memory_order_release);
 }
 
 /*
- * Take the oldest node whose link is complete, or NULL if there is none yet (the queue is empty, or a
- * producer is between its exchange and its link: chime__mpsc_empty tells the two apart).
+ * Append node n. Everything the caller wrote before this call (to n or elsewhere) is visible to the
+ * consumer once it pops n.
  */
-static inline struct chime__mpsc_node *chime__mpsc_pop(struct chime__mpsc *q)
+static inline void chime__mpsc_push(struct chime__mpsc *q, uint32_t n)
 {
-    struct chime__mpsc_node *tail = q->tail;
-    /* acquire: pairs with the release store of ->next in chime__mpsc_push. */
-    struct chime__mpsc_node *next = atomic_load_explicit(&tail->next, memory_order_acquire);
-    if (tail == &q->stub) {
-        if (!next)
-            return NULL;
+    chime__mpsc_push_end(q, chime__mpsc_push_begin(q, n), n);
+}
+
+/*
+ * Take the oldest node whose link is complete, or CHIME__MPSC_NIL if there is none yet (the queue is
+ * empty, or a producer is between its exchange and its link: chime__mpsc_empty tells the two apart).
+ */
+static inline uint32_t chime__mpsc_pop(struct chime__mpsc *q)
+{
+    uint32_t tail = q->tail;
+    /* acquire: pairs with the release store of the link in chime__mpsc_push. */
+    uint32_t next = atomic_load_explicit(chime__mpsc_link(q, tail), memory_order_acquire);
+    if (tail == CHIME__MPSC_STUB) {
+        if (next == CHIME__MPSC_NIL)
+            return CHIME__MPSC_NIL;
         q->tail = next; /* step over the stub */
         tail = next;
-        next = atomic_load_explicit(&tail->next, memory_order_acquire); /* as above */
+        next = atomic_load_explicit(chime__mpsc_link(q, tail), memory_order_acquire); /* as above */
     }
-    if (next) {
+    if (next != CHIME__MPSC_NIL) {
         q->tail = next;
         return tail;
     }
     /* tail is the last linked node. If it is also head, re-insert the stub behind it so tail can be
      * handed out; if not, a push is half-done and tail must wait for its link. */
-    /* acquire: pairs with the exchange in chime__mpsc_push (that node's fields are written first). */
+    /* acquire: pairs with the exchange in chime__mpsc_push (the pusher wrote its node first). */
     if (atomic_load_explicit(&q->head, memory_order_acquire) != tail)
-        return NULL;
-    chime__mpsc_push(q, &q->stub);
-    next = atomic_load_explicit(&tail->next, memory_order_acquire); /* as above */
-    if (next) {
+        return CHIME__MPSC_NIL;
+    chime__mpsc_push(q, CHIME__MPSC_STUB);
+    next = atomic_load_explicit(chime__mpsc_link(q, tail), memory_order_acquire); /* as above */
+    if (next != CHIME__MPSC_NIL) {
         q->tail = next;
         return tail;
     }
-    return NULL; /* another producer slipped in before the stub; its link comes soon */
+    return CHIME__MPSC_NIL; /* another producer slipped in before the stub; its link comes soon */
 }
 
 /*
@@ -105,8 +137,8 @@ static inline struct chime__mpsc_node *chime__mpsc_pop(struct chime__mpsc *q)
  */
 static inline bool chime__mpsc_empty(struct chime__mpsc *q)
 {
-    struct chime__mpsc_node *tail = q->tail;
-    return tail == &q->stub && atomic_load_explicit(&q->head, memory_order_seq_cst) == &q->stub;
+    return q->tail == CHIME__MPSC_STUB &&
+           atomic_load_explicit(&q->head, memory_order_seq_cst) == CHIME__MPSC_STUB;
 }
 
-#endif /* CHIME_MPSC_H */
+#endif /* CHIME_RUNTIME_MPSC_H */

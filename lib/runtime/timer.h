@@ -1,116 +1,113 @@
+/* SPDX-License-Identifier: MIT */
 /*
- * Internal to chime: the threaded runtime's state, shared by runtime.c (the advancing thread, stop,
- * stats) and producer.c (schedule, cancel, reschedule). runtime.c's opening comment explains the
- * protocol: the state word, who wins each race, and the sleep handshake.
+ * Internal to chime: the threaded runtime's state, shared by its files.
+ *
+ *     producer.c   schedule, cancel, reschedule: any thread, lock-free
+ *     firing.c     the advancing thread's handling of records: applying what producers queued,
+ *                  firing, handing callbacks to workers
+ *     thread.c     the advancing thread's loop: sleeping, idle work (memory back), stop's sweep
+ *     runtime.c    create, stop, free, stats, now, and the tests' hooks
+ * with the primitives they use: state.h (the protocol: the state word and its transitions),
+ * records.h (the records and their ids), mpsc.h (the queue), wake.h (the sleep handshake),
+ * clock.h, stats.h and workers.h. docs/design.md explains the whole.
+ *
+ * WHO OWNS WHAT. The advancing thread alone touches the levels, a record's deadline and pos, the
+ * give-back batches and the pool's counts. Producers touch a record's state word (by the transitions
+ * of state.h) and, for a record they have just taken or whose W bit they hold, its other fields; they
+ * hand records over through the queue.
  */
-#ifndef CHIME_TIMER_H
-#define CHIME_TIMER_H
+#ifndef CHIME_RUNTIME_TIMER_H
+#define CHIME_RUNTIME_TIMER_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "bits.h"
 #include "chime.h"
+#include "runtime/clock.h"
 #include "runtime/mpsc.h"
 #include "runtime/records.h"
-#include "runtime/runtime.h"
+#include "runtime/state.h"
+#include "runtime/stats.h"
+#include "runtime/wake.h"
 #include "runtime/workers.h"
+#include "wheel/levels.h"
 
-/* The state word's flags (bits 0-7 and 16; the shard is bits 8-15, the generation bits 32-63). They
- * keep short names, unlike the rest of what library files share (chime__*): they are the vocabulary
- * of the protocol in runtime.c and producer.c, and nothing outside those two files includes this. */
-#define LIFE_MASK 3u
-#define LIFE_FREE 0u
-#define LIFE_PENDING 1u
-#define LIFE_CANCELLED 2u
-#define LIFE_DONE 3u
-#define ST_Q 4u
-#define ST_R 8u
-#define ST_RUN 16u
-#define ST_KNOWN 32u
-#define ST_W 64u
-#define ST_E 128u
-#define ST_P (1u << 16)
-#define GEN_OF(s) ((uint32_t)((s) >> 32))
-
-enum { MODE_RUNNING = 0, MODE_STOPPED = 3 }; /* and CHIME_STOP_DRAIN, CHIME_STOP_NOW while stopping */
+enum { CHIME__MODE_RUNNING = 0, CHIME__MODE_STOPPED = 3 }; /* and the chime_stop modes while stopping */
 
 struct chime_timer {
-    struct chime__records recs;   /* shards on their own lines; see records.h */
+    struct chime__records recs;   /* its shared parts on their own lines */
     struct chime__mpsc queue;
+    struct chime__sleeper sleeper;
 
-    /* The sleep handshake (see the top of runtime.c). */
-    _Alignas(64) _Atomic uint64_t sleep_until; /* 0: awake; else when it wakes (UINT64_MAX: never) */
-    _Atomic uint32_t wake_seq;                 /* the futex word producers bump to wake it */
-    _Atomic int mode;                          /* MODE_RUNNING, a chime_stop, or MODE_STOPPED */
-    _Atomic uint32_t sync_req;                 /* chime__timer_sync: requests... */
-    _Atomic uint32_t sync_done;                /* ...and the last one served (a futex word) */
-    _Atomic uint32_t idle_seq;                 /* bumped by a worker that found the pool idle */
+    /* Requests the sleeper must not miss (each joins the handshake of wake.h). */
+    _Alignas(64) _Atomic int mode;  /* CHIME__MODE_RUNNING, a chime_stop, or CHIME__MODE_STOPPED */
+    _Atomic uint32_t sync_req;      /* chime__timer_sync: requests... */
+    _Atomic uint32_t sync_done;     /* ...and the last one served (a futex word) */
+    _Atomic uint32_t idle_seq;      /* bumped by a worker that found the pool idle */
 
     /* Read-only after creation. */
-    uint64_t tick_ns;
+    uint64_t tick_ns, tick_inv;     /* the tick, and chime__div_inv of it */
     size_t max_pending;
-    chime__clock_fn *clock;
+    chime__clock_fn *clock;         /* CLOCK_MONOTONIC, or a test's */
     void *clock_arg;
     bool real_clock;
 
     /* The max_pending count; touched only when max_pending is set. */
     _Alignas(64) _Atomic size_t limited;
 
-    /* Statistics, written by the advancing thread (scheduled, cancelled, unfired) and by whichever
-     * thread runs a callback (fired, runs, lateness); never by a producer, so that the producer's path
-     * has no counter to bump (a locked add cost 13 % of schedule_at's throughput). A timer counts as
-     * scheduled when the advancing thread first takes it in, and as cancelled when it gives it back. */
-    _Alignas(64) _Atomic uint64_t scheduled, cancelled, fired, runs, unfired, late_max;
-    _Atomic uint64_t late_hist[CHIME_LATENESS_BUCKETS];
-    _Atomic size_t mem_records, mem_wheel; /* published by the advancing thread for chime__timer_memory */
+    struct chime__stats stats;
+    _Atomic size_t mem_records;     /* published by the advancing thread for chime__timer_memory */
 
     /* The advancing thread's own. */
-    _Alignas(64) chime_wheel *wheel;
+    _Alignas(64) struct chime__levels L;
     pthread_t thread;
-    struct chime__rec_batch give[CHIME__SHARDS];
-    size_t live;           /* records seen and not given back */
-    size_t freed_since_trim;
-    bool closed;           /* stop has begun: the pool is closed */
-    struct chime__item *batch; /* callbacks gathered for the workers during one bounded advance */
+    bool closed;                    /* stop has begun: the pool is closed */
+    bool idle_work;                 /* memory may be given back (records, slot arrays) */
+    size_t trim_peak;               /* the most timers pending since the slot arrays were trimmed */
+    struct chime__item *batch;      /* callbacks gathered for the workers during one bounded advance */
     size_t batch_n, batch_cap;
     bool use_workers;
     struct chime__workers workers;
 
     pthread_mutex_t stop_lock;
-    chime_fn *on_unfired;  /* set by stop before it publishes the mode */
+    chime_fn *on_unfired;           /* set by stop before it publishes the mode */
 };
 
-
-/* The slow half of chime__timer_wake_before: swap sleep_until (seen as s) to 0 and wake the thread. */
-void chime__timer_wake(chime_timer *t, uint64_t when_ns, uint64_t s);
-
-/* Wake the advancing thread if it sleeps until after when_ns (0: if it sleeps at all). Any thread.
- * Inline: on every schedule the answer is almost always "no", one load and a compare. */
-static inline void chime__timer_wake_before(chime_timer *t, uint64_t when_ns)
-{
-    /* seq_cst: the waker's load in the sleep handshake; it follows the waker's seq_cst push, mode or
-     * sync_req store, and pairs with the store of sleep_until in sleep_until_due (runtime.c). */
-    uint64_t s = atomic_load_explicit(&t->sleep_until, memory_order_seq_cst);
-    if (s != 0 && when_ns < s)
-        chime__timer_wake(t, when_ns, s);
-}
-
-/* The runtime's clock, in nanoseconds (CLOCK_MONOTONIC unless a test injected one). */
+/* The runtime's clock: CLOCK_MONOTONIC (never ahead of it) unless a test injected one. */
 static inline uint64_t chime__timer_now(const chime_timer *t)
 {
     return t->clock(t->clock_arg);
 }
 
-/* Push a record whose Q bit this thread has just set (a cancel, the end of a periodic run) for the
- * advancing thread to give back. A stopping runtime waits for such records, so wake it then; a
- * running one takes them in at its next iteration. */
-static inline void chime__timer_requeue(chime_timer *t, struct chime__rec *rec)
+/* An upper bound of the clock, for deadlines a producer computes (clock.h). */
+static inline uint64_t chime__timer_upper(const chime_timer *t)
 {
-    chime__mpsc_push(&t->queue, &rec->q);
-    /* seq_cst: after the push, the waker's load in the sleep handshake. */
-    if (atomic_load_explicit(&t->mode, memory_order_seq_cst) != MODE_RUNNING)
+    return t->real_clock ? chime__clock_upper() : t->clock(t->clock_arg);
+}
+
+/* A deadline in nanoseconds as a tick, rounded up: a timer never fires before it. */
+static inline uint64_t chime__timer_ticks(const chime_timer *t, uint64_t ns)
+{
+    return chime__div_up(ns, t->tick_ns, t->tick_inv);
+}
+
+/* Wake the advancing thread if it sleeps until after when_ns. Any thread, after its news. */
+static inline void chime__timer_wake_before(chime_timer *t, uint64_t when_ns)
+{
+    chime__sleeper_wake_before(&t->sleeper, when_ns);
+}
+
+/* Push record idx, whose Q bit this thread has just set, for the advancing thread to take in. A
+ * stopping runtime waits for records, so wake it then; a running one takes them in at its next
+ * iteration (a cancel need not wake it: the record's memory can wait until then). */
+static inline void chime__timer_requeue(chime_timer *t, uint32_t idx)
+{
+    chime__mpsc_push(&t->queue, idx);
+    /* seq_cst: after the push, the waker's load in the sleep handshake (wake.h). */
+    if (atomic_load_explicit(&t->mode, memory_order_seq_cst) != CHIME__MODE_RUNNING)
         chime__timer_wake_before(t, 0);
 }
 
@@ -121,4 +118,28 @@ static inline void chime__timer_unlimit(chime_timer *t)
         atomic_fetch_sub_explicit(&t->limited, 1, memory_order_relaxed);
 }
 
-#endif /* CHIME_TIMER_H */
+/* ---- firing.c: the advancing thread's handling of records ---- */
+
+/* The levels' fire step (chime__fire_fn): decide, by the state word, whether record idx fires. */
+int chime__timer_fire(void *ctx, uint32_t idx);
+/* Apply up to limit queued records. Return: true if it stopped at the limit (more may be queued). */
+bool chime__timer_drain(chime_timer *t, size_t limit);
+/* Hand the callbacks gathered during an advance to the workers. */
+void chime__timer_hand_out(chime_timer *t);
+/* End a timer that will never fire: on_unfired, counted, out of the levels, given back unless queued.
+ * The caller won the claim (state.h) from old_state. */
+void chime__timer_end_unfired(chime_timer *t, uint32_t idx, uint64_t old_state);
+/* The workers' run function and leftover function (workers.h), and their idle hook. */
+void chime__timer_run_item(void *ctx, const struct chime__item *it);
+void chime__timer_item_unfired(void *ctx, const struct chime__item *it);
+void chime__timer_workers_idle(void *ctx);
+
+/* ---- thread.c ---- */
+
+/* The advancing thread. */
+void *chime__timer_main(void *arg);
+
+/* The thread whose advancing thread or worker this thread is (stop from it would wait on itself). */
+extern _Thread_local chime_timer *chime__timer_owner;
+
+#endif /* CHIME_RUNTIME_TIMER_H */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The runtime's worker pool: see workers.h. */
 #include "runtime/workers.h"
 

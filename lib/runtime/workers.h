@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The runtime's worker pool: threads that run callbacks the advancing thread hands them, so that a
  * slow callback holds up only its worker, not the clock.
@@ -9,8 +10,8 @@
  * Concurrency contract: chime__workers_submit, chime__workers_idle and chime__workers_stop are called
  * by the advancing thread only; the workers call back the function given to chime__workers_start.
  */
-#ifndef CHIME_WORKERS_H
-#define CHIME_WORKERS_H
+#ifndef CHIME_RUNTIME_WORKERS_H
+#define CHIME_RUNTIME_WORKERS_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -19,14 +20,12 @@
 
 #include "chime.h"
 
-struct chime__rec;
-
-/* One callback to run: a one-shot timer's (rec NULL: the record is already given back) or a
- * periodic timer's run (rec set: the worker ends the run on the record afterwards). */
+/* One callback to run: a one-shot timer's (idx UINT32_MAX: its record is given back already) or a
+ * periodic timer's run (idx its record: the runner ends the run on it afterwards). */
 struct chime__item {
     chime_fn *fn;
     void *arg;
-    struct chime__rec *rec;
+    uint32_t idx;
     uint64_t deadline_ns; /* for lateness */
 };
 
@@ -62,4 +61,4 @@ bool chime__workers_idle(struct chime__workers *wk);
  */
 void chime__workers_stop(struct chime__workers *wk, bool drop, chime__run_fn *leftover);
 
-#endif /* CHIME_WORKERS_H */
+#endif /* CHIME_RUNTIME_WORKERS_H */

@@ -448,7 +448,7 @@ static void *flusher_main(void *arg)
 int chime__journal_start_flusher(struct chime__backend *j)
 {
     if (pthread_create(&j->flusher, NULL, flusher_main, j) != 0)
-        return -EAGAIN;
+        return -ECHILD;
     j->flusher_started = 1;
     return 0;
 }

@@ -373,7 +373,7 @@ int chime__store_start_dispatcher(struct chime_store *s)
     s->tokens_at = mono_ns();
     s->tokens = 1.0;
     if (pthread_create(&s->dispatcher, NULL, dispatcher_main, s) != 0)
-        return -EAGAIN;
+        return -ECHILD;
     s->dispatcher_started = 1;
     return 0;
 }

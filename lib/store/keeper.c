@@ -251,7 +251,7 @@ int chime__store_start_keeper(struct chime_store *s)
     if (s->clock_fd >= 0)
         watch_clock(s);
     if (pthread_create(&s->keeper, NULL, keeper_main, s) != 0)
-        return -EAGAIN;
+        return -ECHILD;
     s->keeper_started = 1;
     return 0;
 }

@@ -367,7 +367,7 @@ int chime__wal_open(struct chime__wal **out, const struct chime__wal_config *cfg
     w->seg_off = CHIME__FILE_HEADER;
     w->seg_size = size;
     if (pthread_create(&w->writer, NULL, writer_main, w) != 0) {
-        err = -EAGAIN;
+        err = -ECHILD;
         char name[CHIME__NAME_MAX];
         chime__wal_name(name, w->current);
         chime__io_close(w->fd);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The wheel's levels: where each pending timer's entry sits, and how time moves them. levels.c opens
  * with the design (the mixed-radix clock, placement, cascading, the invariants); this header holds
@@ -274,6 +275,23 @@ static inline void chime__levels_remove(struct chime__levels *L, uint32_t idx)
  */
 int chime__levels_move(struct chime__levels *L, uint32_t idx, uint64_t deadline);
 
+/*
+ * Move a periodic timer's deadline, which has just come due, to its first boundary after the running
+ * advance's target: deadline + k * period with k >= 1. Return: false if that boundary would pass
+ * UINT64_MAX (the deadline is then unchanged and the timer ends, as a one-shot would). For the
+ * owners' fire functions (the public wheel's and the runtime's).
+ */
+static inline bool chime__levels_next_boundary(const struct chime__levels *L, uint64_t *deadline,
+                                               uint64_t period)
+{
+    /* periods passed: k - 1. Compared before adding 1, which would wrap when it is UINT64_MAX. */
+    uint64_t passed = (L->advance_to - *deadline) / period; /* deadline <= now <= advance_to */
+    if (passed >= (UINT64_MAX - *deadline) / period)
+        return false;
+    *deadline += (passed + 1) * period;
+    return true;
+}
+
 /* A timer left the levels for good (cancelled, or fired and not re-armed). */
 static inline void chime__levels_sub(struct chime__levels *L)
 {
@@ -291,8 +309,8 @@ size_t chime__levels_advance(struct chime__levels *L, uint64_t now, size_t limit
 /* The next time anything happens (see chime_wheel_next). Return: 0, or -ENOENT if nothing is held. */
 int chime__levels_next(const struct chime__levels *L, uint64_t *when);
 
-/* Walk everything and verify the invariants (levels.c). nodes_limit: indices below it are nodes.
- * Return: NULL, or a static description of the first that fails. O(live + dead + bitmap words). */
+/* Walk everything and verify the invariants (levels_check.c). nodes_limit: indices below it are
+ * nodes. Return: NULL, or a static description of the first that fails. O(live + dead + bitmap words). */
 const char *chime__levels_check(const struct chime__levels *L, uint32_t nodes_limit);
 
 /* Walk every slot of every level, bits clear included: nothing held where no bit says so.

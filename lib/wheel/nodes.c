@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The wheel's timer nodes: see nodes.h. */
 #include "wheel/nodes.h"
 

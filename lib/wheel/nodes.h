@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The wheel's timer nodes and the ids that name them.
  *

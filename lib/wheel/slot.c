@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A wheel slot's growable array: see slot.h. */
 #include "wheel/slot.h"
 

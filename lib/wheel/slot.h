@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A wheel slot: a growable array of 32-bit node indices, in the order the timers were put there.
  *

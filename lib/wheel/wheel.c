@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The public wheel: chime_wheel_* (include/chime.h) over the levels (levels.c, which opens with the
  * design: the mixed-radix clock, placement, cascading and the invariants) and the nodes (nodes.h:
@@ -35,20 +36,6 @@ static inline void sync_nodes(chime_wheel *w)
     w->L.cold = (char *)w->nodes.call;
 }
 
-/*
- * Move a periodic timer that just came due to its first boundary after the running advance's
- * target, deadline + k * period with k >= 1. Return false if that boundary would pass UINT64_MAX.
- */
-static bool next_boundary(const chime_wheel *w, struct chime__wnode *h, uint64_t period)
-{
-    /* periods passed: k - 1. Compared before adding 1, which would wrap when it is UINT64_MAX. */
-    uint64_t passed = (w->L.advance_to - h->deadline) / period; /* deadline <= now <= advance_to */
-    if (passed >= (UINT64_MAX - h->deadline) / period)
-        return false;
-    h->deadline += (passed + 1) * period;
-    return true;
-}
-
 /* The levels' fire step (chime__fire_fn): re-arm or free the node, then run its callback. */
 static int fire(void *ctx, uint32_t idx)
 {
@@ -58,7 +45,7 @@ static int fire(void *ctx, uint32_t idx)
     void *arg = w->nodes.call[idx].arg;
     if (h->pos & PERIODIC) {
         uint64_t deadline = h->deadline;
-        if (next_boundary(w, h, w->nodes.period[idx])) {
+        if (chime__levels_next_boundary(&w->L, &h->deadline, w->nodes.period[idx])) {
             if (chime__levels_place(&w->L, idx) != 0) { /* after advance_to >= now: a slot */
                 h->deadline = deadline;
                 return -ENOMEM; /* nothing done: the levels stop before this timer */
@@ -73,21 +60,28 @@ static int fire(void *ctx, uint32_t idx)
     return 0;
 }
 
+int chime__wheel_config(struct chime_wheel_config *c)
+{
+    if (c->levels == 0) {
+        uint64_t start = c->start;
+        *c = default_config;
+        c->start = start;
+    }
+    if (c->levels > CHIME_MAX_LEVELS)
+        return -EINVAL;
+    for (unsigned i = 0; i < c->levels; i++)
+        if (c->slots[i] < 2 || c->slots[i] > CHIME_MAX_SLOTS)
+            return -EINVAL;
+    return 0;
+}
+
 int chime_wheel_new(chime_wheel **out, const struct chime_wheel_config *cfg)
 {
     if (!out)
         return -EINVAL;
     struct chime_wheel_config c = cfg ? *cfg : (struct chime_wheel_config){ 0 };
-    if (c.levels == 0) {
-        uint64_t start = c.start;
-        c = default_config;
-        c.start = start;
-    }
-    if (c.levels > CHIME_MAX_LEVELS)
+    if (chime__wheel_config(&c) != 0)
         return -EINVAL;
-    for (unsigned i = 0; i < c.levels; i++)
-        if (c.slots[i] < 2 || c.slots[i] > CHIME_MAX_SLOTS)
-            return -EINVAL;
 
     chime_wheel *w = chime__alloc(sizeof(*w));
     if (!w)

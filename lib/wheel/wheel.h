@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Internal to chime: what the library's files and tests share about the wheel beyond chime.h. */
 #ifndef CHIME_WHEEL_H
 #define CHIME_WHEEL_H
@@ -5,6 +6,11 @@
 #include <stdbool.h>
 
 #include "chime.h"
+
+/* Resolve a layout as chime_wheel_new() does: levels 0 becomes the default layout (start kept).
+ * Return: 0, or -EINVAL for a layout chime_wheel_new() rejects. (The threaded runtime builds its
+ * levels from the same configuration.) */
+int chime__wheel_config(struct chime_wheel_config *c);
 
 /*
  * Advance towards now as chime_wheel_advance() does, but stop once `limit` callbacks have run (for the

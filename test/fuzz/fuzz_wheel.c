@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target: arbitrary bytes drive one wheel through a sequence of schedule, periodic
  * schedule, cancel, reschedule, forged-id, next and advance operations, checked against the

@@ -163,7 +163,7 @@ int chime__pg_house_start(struct chime__backend *b)
     if (rc != PG_OK)
         return rc == PG_LOST ? -ECONNREFUSED : -EIO;
     if (pthread_create(&b->house_thread, NULL, house_main, b) != 0)
-        return -EAGAIN;
+        return -ECHILD;
     b->house_started = 1;
     return 0;
 }

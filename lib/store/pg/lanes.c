@@ -388,7 +388,7 @@ int chime__pg_lanes_start(struct chime__backend *b)
         if (err)
             return err == PG_LOST ? -ECONNREFUSED : err;
         if (pthread_create(&l->thread, NULL, lane_main, l) != 0)
-            return -EAGAIN;
+            return -ECHILD;
         l->started = 1;
     }
     return 0;

@@ -424,7 +424,7 @@ int chime__pg_lease_start(struct chime__backend *b)
     if (chime__pg_error(b))
         return chime__pg_error(b);
     if (pthread_create(&b->lease_thread, NULL, lease_main, b) != 0)
-        return -EAGAIN;
+        return -ECHILD;
     b->lease_started = 1;
     return 0;
 }

@@ -373,7 +373,7 @@ int chime__pg_loader_start(struct chime__backend *b)
     if (rc != 0)
         return rc == PG_LOST ? -ECONNREFUSED : pg_rc_is_db(rc) ? -EIO : rc;
     if (pthread_create(&b->loader_thread, NULL, loader_main, ld) != 0)
-        return -EAGAIN;
+        return -ECHILD;
     b->loader_started = 1;
     return 0;
 }

@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The advancing thread's handling of records: taking in what producers queued (a new timer, a new
+ * deadline, a cancel, the end of a periodic run), the levels' fire step, and running or handing out
+ * callbacks. Every decision is a transition of state.h; this file says what follows from each.
+ *
+ * A record is in the levels (its pos is an entry's) from the apply that places it until the fire step
+ * consumes its entry without re-arming it, or an apply or stop takes it out. Its pos says which:
+ * CHIME__REC_UNPLACED once it is out, so a cancel that comes after the record fired, or fired as
+ * dropped, knows there is nothing to remove.
+ */
+#include <errno.h>
+
+#include "alloc.h"
+#include "runtime/timer.h"
+
+static struct chime__rec *rec_of(chime_timer *t, uint32_t idx)
+{
+    return chime__records_at(&t->recs, idx);
+}
+
+/* Take record idx out of the levels, if it is in them. */
+static void unplace(chime_timer *t, uint32_t idx)
+{
+    struct chime__rec *rec = rec_of(t, idx);
+    if (rec->pos == CHIME__REC_UNPLACED)
+        return;
+    chime__levels_remove(&t->L, idx);
+    chime__levels_sub(&t->L);
+    rec->pos = CHIME__REC_UNPLACED;
+}
+
+/* Give record idx back: every id naming it dies. */
+static void give_back(chime_timer *t, uint32_t idx)
+{
+    chime__records_give(&t->recs, idx);
+    t->idle_work = true;
+}
+
+/* A timer ends without firing: on_unfired, counted. */
+static void count_unfired(chime_timer *t, void *arg)
+{
+    if (t->on_unfired)
+        t->on_unfired(arg);
+    chime__stats_add(&t->stats.unfired);
+    chime__timer_unlimit(t);
+}
+
+void chime__timer_end_unfired(chime_timer *t, uint32_t idx, uint64_t old_state)
+{
+    unplace(t, idx);
+    count_unfired(t, chime__records_call(&t->recs, idx)->arg);
+    if (!(old_state & CHIME__ST_Q))
+        give_back(t, idx); /* if queued, apply() gives it back when it is popped */
+}
+
+/* Put record idx in the levels at its requested deadline, rounded up to a tick (never early), or
+ * move it there if it is in them already. */
+static void place(chime_timer *t, uint32_t idx)
+{
+    struct chime__rec *rec = rec_of(t, idx);
+    /* relaxed: apply's acquire saw R after the write was published (by the push, or by
+     * reschedule_end), and nobody writes it again before R is set anew. */
+    uint64_t tick = chime__timer_ticks(t, atomic_load_explicit(&rec->deadline_ns, memory_order_relaxed));
+    int err;
+    if (rec->pos != CHIME__REC_UNPLACED) {
+        err = chime__levels_move(&t->L, idx, tick);
+    } else {
+        rec->deadline = tick;
+        err = chime__levels_place(&t->L, idx);
+        if (!err)
+            chime__levels_add(&t->L);
+    }
+    /* The levels could not grow a slot. The producer was told 0, so the timer must not be lost: have
+     * the record come back, and the next iteration tries again. */
+    if (err && chime__state_requeue(&rec->state))
+        chime__mpsc_push(&t->queue, idx);
+}
+
+/* Apply a record popped from the queue. */
+static void apply(chime_timer *t, uint32_t idx)
+{
+    struct chime__rec *rec = rec_of(t, idx);
+    uint64_t s;
+    if (!chime__state_apply(&rec->state, &s)) {
+        chime__mpsc_push(&t->queue, idx); /* a reschedule is writing: still Q, look again later */
+        return;
+    }
+    if (!(s & CHIME__ST_KNOWN)) {
+        chime__records_known(&t->recs, idx);
+        chime__stats_bump(&t->stats.scheduled);
+    }
+    switch (chime__life(s)) {
+    case CHIME__LIFE_CANCELLED:
+        unplace(t, idx);
+        if (!(s & CHIME__ST_RUN)) {
+            chime__stats_bump(&t->stats.cancelled);
+            give_back(t, idx); /* a running periodic timer comes back when its run ends */
+        }
+        return;
+    case CHIME__LIFE_DONE:
+        if (!(s & CHIME__ST_RUN))
+            give_back(t, idx); /* ended by stop's sweep while it was queued */
+        return;
+    case CHIME__LIFE_PENDING:
+        if ((s & CHIME__ST_E) && !(s & CHIME__ST_RUN)) {
+            uint64_t old = chime__state_claim(&rec->state);
+            if (old)
+                chime__timer_end_unfired(t, idx, old); /* a Q in old was set after ours: its setter pushes */
+            return;
+        }
+        if (s & CHIME__ST_R)
+            place(t, idx);
+        return;
+    default:
+        return; /* FREE: never queued */
+    }
+}
+
+bool chime__timer_drain(chime_timer *t, size_t limit)
+{
+    for (size_t i = 0; i < limit; i++) {
+        uint32_t idx = chime__mpsc_pop(&t->queue);
+        if (idx == CHIME__MPSC_NIL)
+            return false;
+        apply(t, idx);
+    }
+    return true;
+}
+
+/* End a periodic run: if the timer ended meanwhile, queue it so the advancing thread gives it back. */
+static void finish_run(chime_timer *t, uint32_t idx)
+{
+    if (chime__state_finish_run(&rec_of(t, idx)->state))
+        chime__timer_requeue(t, idx);
+}
+
+void chime__timer_run_item(void *ctx, const struct chime__item *it)
+{
+    chime_timer *t = ctx;
+    chime__timer_owner = t; /* on a worker: a callback here must not stop t (-EDEADLK) */
+    if (it->idx != CHIME__REC_NIL && !chime__state_start_run(&rec_of(t, it->idx)->state)) {
+        finish_run(t, it->idx); /* withdrawn by a cancel or reschedule: end the run unstarted */
+        return;
+    }
+    uint64_t now = chime__timer_now(t);
+    chime__stats_run(&t->stats, now > it->deadline_ns ? now - it->deadline_ns : 0);
+    if (it->idx == CHIME__REC_NIL) {
+        chime__stats_add(&t->stats.fired);
+        chime__timer_unlimit(t);
+    }
+    it->fn(it->arg);
+    if (it->idx != CHIME__REC_NIL)
+        finish_run(t, it->idx);
+}
+
+void chime__timer_item_unfired(void *ctx, const struct chime__item *it)
+{
+    chime_timer *t = ctx;
+    if (it->idx != CHIME__REC_NIL)
+        finish_run(t, it->idx); /* stop's sweep ends the periodic timer itself */
+    else
+        count_unfired(t, it->arg);
+}
+
+void chime__timer_workers_idle(void *ctx)
+{
+    chime_timer *t = ctx;
+    /* seq_cst, both: the waker's half of the sleep handshake (wake.h); the advancing thread reads
+     * idle_seq before it asks whether the workers are idle, and again after publishing sleep_until. */
+    atomic_fetch_add_explicit(&t->idle_seq, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&t->mode, memory_order_seq_cst) != CHIME__MODE_RUNNING)
+        chime__timer_wake_before(t, 0);
+}
+
+/* Run a callback, or gather it for the workers. */
+static void dispatch(chime_timer *t, const struct chime__item *it)
+{
+    if (!t->use_workers) {
+        chime__timer_run_item(t, it);
+        return;
+    }
+    if (t->batch_n == t->batch_cap) {
+        size_t cap = t->batch_cap ? t->batch_cap * 2 : 256;
+        struct chime__item *b = chime__realloc_sized(t->batch, t->batch_cap * sizeof(*b), cap * sizeof(*b));
+        if (!b) {
+            chime__timer_run_item(t, it); /* no memory to hand it over: run it here rather than lose it */
+            return;
+        }
+        t->batch = b;
+        t->batch_cap = cap;
+    }
+    t->batch[t->batch_n++] = *it;
+}
+
+void chime__timer_hand_out(chime_timer *t)
+{
+    if (!t->batch_n)
+        return;
+    if (chime__workers_submit(&t->workers, t->batch, t->batch_n) != 0) {
+        for (size_t i = 0; i < t->batch_n; i++)
+            chime__timer_run_item(t, &t->batch[i]); /* the queue could not grow: run them here */
+    }
+    t->batch_n = 0;
+}
+
+int chime__timer_fire(void *ctx, uint32_t idx)
+{
+    chime_timer *t = ctx;
+    struct chime__rec *rec = rec_of(t, idx);
+    /* relaxed: PERIODIC is constant while the record is taken; the CAS in state_fire decides. */
+    bool periodic = atomic_load_explicit(&rec->state, memory_order_relaxed) & CHIME__ST_PERIODIC;
+    bool armed = false; /* re-armed at its next boundary: still in the levels */
+    if (periodic) {
+        uint64_t deadline = rec->deadline;
+        uint64_t period = chime__timer_ticks(t, *chime__records_period(&t->recs, idx));
+        if (chime__levels_next_boundary(&t->L, &rec->deadline, period ? period : 1)) {
+            if (chime__levels_place(&t->L, idx) != 0) { /* after advance_to >= now: a slot */
+                rec->deadline = deadline;
+                return -ENOMEM; /* nothing done: the levels stop before this timer */
+            }
+            armed = true;
+        }
+    }
+    enum chime__fire outcome = chime__state_fire(&rec->state, !armed);
+    if (outcome == CHIME__FIRE_SKIP && armed)
+        return 0; /* the last run is still going: skip this boundary, stay armed */
+    if (outcome != CHIME__FIRE_RUN || !armed) {
+        if (armed)
+            chime__levels_remove(&t->L, idx); /* it must not fire: out of the levels again */
+        chime__levels_sub(&t->L);
+        rec->pos = CHIME__REC_UNPLACED;
+    }
+    if (outcome != CHIME__FIRE_RUN)
+        return 0; /* cancelled or ended (queued: apply gives it back), or rescheduled (apply places it) */
+    const struct chime__rec_call *call = chime__records_call(&t->recs, idx);
+    struct chime__item it = { .fn = call->fn, .arg = call->arg, .idx = armed ? idx : CHIME__REC_NIL };
+    if (armed) {
+        it.deadline_ns = t->L.now * t->tick_ns; /* the boundary being fired */
+    } else {
+        /* relaxed: the firing CAS won, so no reschedule writes it any more; read via apply's acquire. */
+        it.deadline_ns = atomic_load_explicit(&rec->deadline_ns, memory_order_relaxed);
+        give_back(t, idx); /* no Q (no R, no E): nobody will push it; its ids die now */
+    }
+    dispatch(t, &it);
+    return 0;
+}

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The advancing thread's sleep and the wake-up handshake with everyone else.
+ *
+ * The thread sleeps on a futex until its next deadline (tickless: no wake-up per tick), after
+ * publishing that time in sleep_until. A thread that needs it awake sooner (a producer whose timer is
+ * due earlier, a stop, a sync request) swaps sleep_until to 0 and wakes it; one waker wins that swap,
+ * the rest make no system call.
+ *
+ * The handshake is Dekker's, store-then-load on both sides, all seq_cst:
+ *     waker:    store its news (a queue push, a mode, a counter);  load sleep_until
+ *     sleeper:  store sleep_until;                                load the news
+ * At least one of them sees the other: either the waker sees the sleeper's sleep_until and wakes it,
+ * or the sleeper sees the news and does not sleep. wake_seq, the futex word, is read before
+ * sleep_until is published, so a wake that lands between the check and the futex call changes it and
+ * the futex returns at once.
+ */
+#ifndef CHIME_RUNTIME_WAKE_H
+#define CHIME_RUNTIME_WAKE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct chime__sleeper {
+    _Alignas(64) _Atomic uint64_t sleep_until; /* 0: awake; else when it wakes (UINT64_MAX: never) */
+    _Atomic uint32_t wake_seq;                 /* the futex word wakers bump */
+};
+
+static inline void chime__sleeper_init(struct chime__sleeper *s)
+{
+    atomic_init(&s->sleep_until, 0);
+    atomic_init(&s->wake_seq, 0);
+}
+
+/* Wake every thread waiting on word. */
+void chime__futex_wake_all(_Atomic uint32_t *word);
+
+/* Wait while *word == seen, until deadline_ns on CLOCK_MONOTONIC (UINT64_MAX: no timeout). It may
+ * return early: every caller checks again what it waits for. */
+void chime__futex_wait(_Atomic uint32_t *word, uint32_t seen, uint64_t deadline_ns);
+
+/* The slow half of chime__sleeper_wake_before: swap sleep_until (seen as `seen`) to 0 and wake. */
+void chime__sleeper_wake(struct chime__sleeper *s, uint64_t when_ns, uint64_t seen);
+
+/* Wake the sleeper if it sleeps until after when_ns (0: if it sleeps at all). Any thread, after
+ * storing its news. Inline: on a schedule the answer is almost always "no", one load and a compare. */
+static inline void chime__sleeper_wake_before(struct chime__sleeper *s, uint64_t when_ns)
+{
+    /* seq_cst: the waker's load in the handshake, after its seq_cst store of the news; pairs with the
+     * store in chime__sleeper_prepare. */
+    uint64_t until = atomic_load_explicit(&s->sleep_until, memory_order_seq_cst);
+    if (until != 0 && when_ns < until)
+        chime__sleeper_wake(s, when_ns, until);
+}
+
+/*
+ * The sleeper's half: publish that it sleeps until wake_ns. Return: the futex value to wait on. The
+ * caller then loads its news (seq_cst) and, if there is none, calls chime__sleeper_wait.
+ */
+static inline uint32_t chime__sleeper_prepare(struct chime__sleeper *s, uint64_t wake_ns)
+{
+    /* acquire: pairs with the release increment in chime__sleeper_wake. Read before sleep_until is
+     * published, so a wake after that changes it and the futex returns at once. */
+    uint32_t seq = atomic_load_explicit(&s->wake_seq, memory_order_acquire);
+    /* seq_cst: the sleeper's store in the handshake; its news loads come after it. */
+    atomic_store_explicit(&s->sleep_until, wake_ns, memory_order_seq_cst);
+    return seq;
+}
+
+/* Sleep until wake_ns (CLOCK_MONOTONIC; UINT64_MAX: until woken) unless woken since prepare. */
+static inline void chime__sleeper_wait(struct chime__sleeper *s, uint32_t seq, uint64_t wake_ns)
+{
+    chime__futex_wait(&s->wake_seq, seq, wake_ns);
+}
+
+/* Awake again. relaxed: being awake needs no publication; a waker that still sees the old value
+ * wakes a thread that is awake, which costs a system call and nothing else. */
+static inline void chime__sleeper_awake(struct chime__sleeper *s)
+{
+    atomic_store_explicit(&s->sleep_until, 0, memory_order_relaxed);
+}
+
+#endif /* CHIME_RUNTIME_WAKE_H */
