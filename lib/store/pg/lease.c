@@ -11,8 +11,9 @@
  *      not returned was lost (the node was paused past it, and another took it): it is dropped
  *      and the logic told (sink->revoke, which the loader thread calls: chime__pg_revoke_later
  *      says why this thread never does). A lease returned and not locally believed (it lapsed
- *      locally, e.g. the renewal came late, but the database had not expired it) is taken back:
- *      registered again and taken over (its timers were dropped when it lapsed);
+ *      locally, e.g. the renewal came late, but the database had not expired it) is taken back
+ *      in a new epoch, as an acquisition (its timers were dropped when it lapsed, and a firing of
+ *      the old epoch may still be on its way to a refusal);
  *   3. the nodes alive (expires > now()) and every shard's owner and time left.
  * Then the balance: with N nodes alive, sorted by name, node i's share is shards / N, plus one if
  * i < shards mod N. Below its share, a node acquires free or expired shards; a shard left free for
@@ -25,7 +26,10 @@
  * The database set expires = now() + lease with now() no earlier than t, so the belief ends at
  * least lease / 4 before the database's expiry, whatever the clocks read, as long as the two
  * clocks' rates differ by less than a quarter. The lease thread drops a belief that lapses
- * (sink->revoke) even when it cannot reach the database.
+ * (sink->revoke) even when it cannot reach the database. A belief that lapsed is never simply
+ * renewed, even when the database still shows the lease: while it was lapsed, fire() refused the
+ * shard's firings and the logic dropped those timers, so the shard is taken back in a new epoch,
+ * whose takeover reads them again.
  *
  * ACQUISITION is an UPDATE of the shard's row, epoch + 1, from rows locked FOR UPDATE SKIP LOCKED:
  * a row an owner statement holds FOR SHARE (P1) is skipped, and taken next round. Each
@@ -135,7 +139,10 @@ static int release(struct chime__backend *b, const int32_t *shards, size_t n)
     return rc;
 }
 
-static int acquire(struct chime__backend *b, const int32_t *cand, size_t ncand, size_t want)
+/* Acquire up to `want` of the candidate shards, each in a new epoch: free or expired ones, or
+ * (retake) ones this node still holds in the database but no longer believes in. */
+static int acquire(struct chime__backend *b, const int32_t *cand, size_t ncand, size_t want,
+                   int retake)
 {
     char tok[24], lease[24], limit[24], *list = int_list(cand, ncand);
     const char *v[5];
@@ -149,6 +156,16 @@ static int acquire(struct chime__backend *b, const int32_t *cand, size_t ncand, 
     uint64_t sent = chime__pg_mono();
     int rc = chime__pg_exec_text(
         &b->lease_conn,
+        retake ? "WITH c AS (SELECT shard FROM chime.shards WHERE shard = ANY($4::int4[])"
+                 " AND owner = $1 AND token = $2::int8 AND expires > now() ORDER BY shard"
+                 " LIMIT $5::int8 FOR UPDATE SKIP LOCKED),"
+                 " u AS (UPDATE chime.shards s SET owner = $1, token = $2::int8,"
+                 " epoch = s.epoch + 1, expires = now() + $3::int8 * interval '1 microsecond',"
+                 " since = now() FROM c WHERE s.shard = c.shard RETURNING s.shard, s.epoch),"
+                 " h AS (INSERT INTO chime.leases (shard, epoch, owner, acquired)"
+                 " SELECT shard, epoch, $1, now() FROM u)"
+                 " SELECT shard, epoch FROM u"
+               :
         "WITH c AS (SELECT shard FROM chime.shards WHERE shard = ANY($4::int4[])"
         " AND (owner IS NULL OR expires <= now()) ORDER BY shard LIMIT $5::int8"
         " FOR UPDATE SKIP LOCKED),"
@@ -242,8 +259,7 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
         rc = PG_FATAL;
     }
     int32_t *list = malloc(S * sizeof *list);
-    int64_t *epochs = malloc(S * sizeof *epochs);
-    if (rc == PG_OK && (!list || !epochs))
+    if (rc == PG_OK && !list)
         rc = -ENOMEM;
     int revoke = 0;
     if (rc == PG_OK) {
@@ -258,22 +274,35 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
         for (unsigned s = 0; db && s < S; s++) {
             struct pg_shard *sh = &b->shards[s];
             uint64_t mine = atomic_load_explicit(&sh->epoch, memory_order_relaxed);
-            if (mine && db[s] == mine) {
+            uint64_t until = atomic_load_explicit(&sh->valid_until, memory_order_relaxed);
+            if (mine && db[s] == mine && until > chime__pg_mono()) {
                 atomic_store_explicit(&sh->valid_until, sent + b->lease_ns / 4 * 3,
                                       memory_order_release); /* pairs with chime__pg_holds */
+            } else if (mine && db[s] == mine) {
+                /* The belief lapsed before this renewal came (a slow round): meanwhile fire()
+                 * refused the shard's firings and the logic dropped them, and nothing would arm
+                 * them again in this epoch. Retake it, in a new epoch, like a lapse noticed. */
+                forget(sh);
+                revoke = 1;
+                list[nback++] = (int32_t)s;
             } else if (mine) {
                 forget(sh); /* lost */
                 revoke = 1;
                 atomic_fetch_add_explicit(&b->lost, 1, memory_order_relaxed);
             } else if (db[s]) {
-                list[nback] = (int32_t)s; /* lapsed here, still ours there: take it back */
-                epochs[nback++] = (int64_t)db[s];
+                list[nback++] = (int32_t)s; /* lapsed here, still ours there: take it back */
             }
         }
         free(db);
         if (revoke)
             chime__pg_revoke_later(b);
-        take(b, list, epochs, nback, sent);
+        /* In a new epoch, not the old one: the logic may still hold a firing of the old epoch
+         * that fire() is about to refuse (the lapse made its fence invalid), and it ignores an
+         * arm of a timer it holds with the same fence; under a newer fence the arm replaces it
+         * (backend.h, refs). Acknowledgements still in flight in the old epoch are refused, and
+         * their timers fire again: at least once. */
+        if (nback)
+            rc = acquire(b, list, nback, nback, 1);
 
         /* 3. the balance */
         int alive = PQntuples(nodes), me = -1;
@@ -312,8 +341,8 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
         size_t want = held < share ? share - held : 0;
         if (orphans > want)
             want = orphans;
-        if (want && nfree)
-            rc = acquire(b, list, nfree, want);
+        if (rc == PG_OK && want && nfree)
+            rc = acquire(b, list, nfree, want, 0);
         if (want > nfree || (held < share && soonest != UINT64_MAX)) {
             uint64_t at = chime__pg_mono() + soonest + 2000000; /* just after it expires */
             if (soonest != UINT64_MAX && at < *wake)
@@ -346,7 +375,6 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
     PQclear(nodes);
     PQclear(view);
     free(list);
-    free(epochs);
     if (rc != PG_OK && rc != PG_LOST && pc->c)
         chime__pg_exec_text(pc, "ROLLBACK", 0, NULL, NULL);
     rs->round++;
