@@ -165,6 +165,7 @@ struct firing {
     char key[64];
     char payload[64];
     uint64_t due, at_wall; /* at_wall: the store's clock when the handler began */
+    uint64_t fence;        /* chime_fire.fence (0 with the journal) */
     uint32_t attempt;
 };
 
@@ -207,6 +208,7 @@ static inline int64_t recorder_handler(void *ctx, const struct chime_fire *fire)
     memcpy(f.payload, fire->payload, fire->payload_len < 63 ? fire->payload_len : 63);
     f.due = fire->due_ns;
     f.attempt = fire->attempt;
+    f.fence = fire->fence;
     int64_t rc = r->reply ? r->reply(r, fire) : 0;
     pthread_mutex_lock(&r->lock);
     if (r->n == r->cap) {
@@ -259,6 +261,27 @@ static inline int recorder_last(struct recorder *r, const char *key, struct firi
         }
     pthread_mutex_unlock(&r->lock);
     return found;
+}
+
+/* Wait until key has at least n recorded calls; the last of them into *out (if out). */
+static inline void recorder_wait_key(struct recorder *r, const char *key, size_t n, struct firing *out)
+{
+    if (out)
+        memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&r->lock);
+    for (;;) {
+        size_t c = 0;
+        for (size_t i = 0; i < r->n; i++)
+            if (strcmp(r->f[i].key, key) == 0) {
+                c++;
+                if (out)
+                    *out = r->f[i];
+            }
+        if (c >= n)
+            break;
+        pthread_cond_wait(&r->cond, &r->lock);
+    }
+    pthread_mutex_unlock(&r->lock);
 }
 
 /* Wait until the store has no handler running and nothing pending (all fired and acknowledged). */

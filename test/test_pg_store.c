@@ -9,7 +9,7 @@
 static struct pg_cluster cluster;
 static char conninfo[600];
 static int db_seq;
-static struct pg_rec rec;
+static struct recorder rec;
 
 #define SHARDS 16
 
@@ -19,8 +19,8 @@ static void fresh(void)
     char name[32];
     snprintf(name, sizeof name, "store_%d", ++db_seq);
     CHECK_EQ(pg_cluster_db(&cluster, name, SHARDS, 60, conninfo, sizeof conninfo), 0);
-    pg_rec_free(&rec);
-    pg_rec_init(&rec);
+    recorder_free(&rec);
+    recorder_init(&rec, NULL);
 }
 
 static chime_store *open_node(const char *node)
@@ -37,9 +37,9 @@ static void test_put_fires_once_at_its_due_time_and_is_acknowledged(void)
     chime_store *s = open_node("a");
     uint64_t due = wall_ns() + 200 * MS;
     CHECK_EQ(chime_store_put(s, "order-1", 7, "cancel", 6, due), 0);
-    struct pg_firing f;
-    pg_rec_wait_key(&rec, "order-1", 1, &f);
-    CHECK(f.at >= due, "fired %lld ns early", (long long)(due - f.at));
+    struct firing f;
+    recorder_wait_key(&rec, "order-1", 1, &f);
+    CHECK(f.at_wall >= due, "fired %lld ns early", (long long)(due - f.at_wall));
     CHECK_EQ(f.due, due);
     CHECK_EQ(f.attempt, 1);
     CHECK(!strcmp(f.payload, "cancel"), "payload %s", f.payload);
@@ -50,7 +50,7 @@ static void test_put_fires_once_at_its_due_time_and_is_acknowledged(void)
     CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.pending"), 0);
     CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.keys WHERE end_epoch > 0"), 1);
     PQfinish(c);
-    CHECK_EQ(pg_rec_count_key(&rec, "order-1"), 1);
+    CHECK_EQ(recorder_count_key(&rec, "order-1"), 1);
 }
 
 static void test_replace_fires_only_the_last_due_time_and_payload(void)
@@ -61,14 +61,14 @@ static void test_replace_fires_only_the_last_due_time_and_payload(void)
     CHECK_EQ(chime_store_put(s, "k", 1, "first", 5, now + 300 * MS), 0);
     CHECK_EQ(chime_store_put(s, "k", 1, "second", 6, now + 600 * MS), 0);
     CHECK_EQ(chime_store_put(s, "other", 5, "x", 1, now + 900 * MS), 0);
-    pg_rec_wait_key(&rec, "other", 1, NULL);
+    recorder_wait_key(&rec, "other", 1, NULL);
     store_wait_idle(s);
-    CHECK_EQ(pg_rec_count_key(&rec, "k"), 1);
-    struct pg_firing f;
-    pg_rec_wait_key(&rec, "k", 1, &f);
+    CHECK_EQ(recorder_count_key(&rec, "k"), 1);
+    struct firing f;
+    recorder_wait_key(&rec, "k", 1, &f);
     CHECK(!strcmp(f.payload, "second"), "payload %s", f.payload);
     CHECK_EQ(f.due, now + 600 * MS);
-    CHECK(f.at >= f.due, "early");
+    CHECK(f.at_wall >= f.due, "early");
     CHECK_EQ(chime_store_close(s), 0);
 }
 
@@ -84,16 +84,16 @@ static void test_cancel_stops_a_pending_timer_and_a_second_cancel_is_enoent(void
     CHECK_EQ(chime_store_cancel(s, "gone", 4), -ENOENT);
     CHECK_EQ(chime_store_cancel(s, "far", 3), 0); /* beyond the horizon: only in the database */
     CHECK_EQ(chime_store_cancel(s, "never", 5), -ENOENT);
-    pg_rec_wait_key(&rec, "marker", 1, NULL);
+    recorder_wait_key(&rec, "marker", 1, NULL);
     store_wait_idle(s);
-    CHECK_EQ(pg_rec_count_key(&rec, "gone"), 0);
+    CHECK_EQ(recorder_count_key(&rec, "gone"), 0);
     CHECK_EQ(chime_store_close(s), 0);
     PGconn *c = pg_connect_or_die(conninfo);
     CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.keys WHERE end_epoch = 0"), 2);
     PQfinish(c);
 }
 
-static int64_t retry_twice(struct pg_rec *r, const struct chime_fire *fire)
+static int64_t retry_twice(struct recorder *r, const struct chime_fire *fire)
 {
     (void)r;
     if (fire->key_len == 5 && !memcmp(fire->key, "retry", 5))
@@ -116,10 +116,10 @@ static void test_retries_count_attempts_and_dead_letters_can_be_requeued(void)
     uint64_t now = wall_ns();
     CHECK_EQ(chime_store_put(s, "retry", 5, "r", 1, now + 100 * MS), 0);
     CHECK_EQ(chime_store_put(s, "doomed", 6, "d", 1, now + 100 * MS), 0);
-    struct pg_firing f;
-    pg_rec_wait_key(&rec, "retry", 3, &f);
+    struct firing f;
+    recorder_wait_key(&rec, "retry", 3, &f);
     CHECK_EQ(f.attempt, 3);
-    pg_rec_wait_key(&rec, "doomed", 1, NULL);
+    recorder_wait_key(&rec, "doomed", 1, NULL);
     store_wait_idle(s);
     CHECK_EQ(chime_store_sync(s), 0);
     int n = 0;
@@ -128,7 +128,7 @@ static void test_retries_count_attempts_and_dead_letters_can_be_requeued(void)
     rec.reply = NULL;
     CHECK_EQ(chime_store_dead_requeue(s, "doomed", 6, wall_ns() + 50 * MS), 0);
     CHECK_EQ(chime_store_dead_requeue(s, "doomed", 6, wall_ns() + 50 * MS), -ENOENT);
-    pg_rec_wait_key(&rec, "doomed", 2, &f);
+    recorder_wait_key(&rec, "doomed", 2, &f);
     CHECK_EQ(f.attempt, 1);
     CHECK(!strcmp(f.payload, "d"), "the dead letter's payload");
     store_wait_idle(s);
@@ -146,18 +146,18 @@ static void test_pending_timers_survive_a_close_and_fire_after_reopen(void)
     uint64_t due = wall_ns() + 1500 * MS;
     CHECK_EQ(chime_store_put(s, "survivor", 8, "p", 1, due), 0);
     CHECK_EQ(chime_store_close(s), 0);
-    CHECK_EQ(pg_rec_count_key(&rec, "survivor"), 0);
+    CHECK_EQ(recorder_count_key(&rec, "survivor"), 0);
     s = open_node("a");
-    struct pg_firing f;
-    pg_rec_wait_key(&rec, "survivor", 1, &f);
-    CHECK(f.at >= due, "early");
+    struct firing f;
+    recorder_wait_key(&rec, "survivor", 1, &f);
+    CHECK(f.at_wall >= due, "early");
     CHECK_EQ(f.attempt, 1);
     store_wait_idle(s);
     CHECK_EQ(chime_store_close(s), 0);
 }
 
 /* Put, through node b, a key of a shard node a owns, due soon; wait for a's firing. */
-static void put_through_other_node(chime_store *a, chime_store *b, struct pg_rec *ra, const char *prefix)
+static void put_through_other_node(chime_store *a, chime_store *b, struct recorder *ra, const char *prefix)
 {
     PGconn *c = pg_connect_or_die(conninfo);
     long long shard = pg_value(c, "SELECT min(shard) FROM chime.shards WHERE owner = 'a'"
@@ -168,17 +168,17 @@ static void put_through_other_node(chime_store *a, chime_store *b, struct pg_rec
     pg_key_in_shard(key, sizeof key, prefix, (unsigned)shard, SHARDS);
     uint64_t due = wall_ns() + 300 * MS;
     CHECK_EQ(chime_store_put(b, key, strlen(key), "x", 1, due), 0);
-    struct pg_firing f;
-    pg_rec_wait_key(ra, key, 1, &f);
-    CHECK(f.at >= due, "early");
+    struct firing f;
+    recorder_wait_key(ra, key, 1, &f);
+    CHECK(f.at_wall >= due, "early");
     store_wait_idle(a);
 }
 
 static void test_a_put_for_another_nodes_shard_reaches_it_with_or_without_notifications(void)
 {
     fresh();
-    struct pg_rec ra;
-    pg_rec_init(&ra);
+    struct recorder ra;
+    recorder_init(&ra, NULL);
     chime_store *a = NULL, *b = NULL;
     CHECK_EQ(pg_open_node(&a, conninfo, "a", &ra, 2 * SEC, 0), 0);
     CHECK_EQ(pg_open_node(&b, conninfo, "b", &rec, 2 * SEC, 0), 0);
@@ -193,7 +193,7 @@ static void test_a_put_for_another_nodes_shard_reaches_it_with_or_without_notifi
     CHECK(atomic_load(&ab->notified) >= 1, "no notification arrived");
     CHECK_EQ(chime_store_close(b), 0);
     CHECK_EQ(chime_store_close(a), 0);
-    pg_rec_free(&ra);
+    recorder_free(&ra);
 }
 
 static void test_open_refuses_a_database_without_the_schema(void)
@@ -207,7 +207,7 @@ static void test_open_refuses_a_database_without_the_schema(void)
 
 int main(void)
 {
-    pg_rec_init(&rec);
+    recorder_init(&rec, NULL);
     static const struct tap_test tests[] = {
         { "put_fires_once_at_its_due_time_and_is_acknowledged",
           test_put_fires_once_at_its_due_time_and_is_acknowledged },
@@ -224,6 +224,6 @@ int main(void)
         { "open_refuses_a_database_without_the_schema", test_open_refuses_a_database_without_the_schema },
     };
     int rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
-    pg_rec_free(&rec);
+    recorder_free(&rec);
     return rc;
 }
