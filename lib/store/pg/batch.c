@@ -15,6 +15,8 @@
 #include "store/pg/lane.h"
 #include "store/pg/statements.h"
 
+_Static_assert(PG_BATCH < PG_VERSION_ROWS, "a statement's rows are numbered within one version base");
+
 enum { ST_PUT, ST_RETRY, ST_CANCEL, ST_ACK, ST_BURY, ST_REQUEUE, ST_DROP, ST_NOTIFY, ST_COUNT };
 
 static const struct {

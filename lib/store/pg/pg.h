@@ -40,10 +40,11 @@
  *   P3 A fired timer stays pending until its acknowledgement commits. A firing recorded in an
  *      epoch that then lost its lease is loaded by the next owner like any pending timer, and fires
  *      again with attempt + 1 (the recorded attempt is kept). (firing.c)
- *   P4 Versions of one key only grow: a put takes its version from one sequence (cache 1, so in
- *      time order) and replaces the key's row only if the row's version is smaller. Rows of ended
- *      timers stay as tombstones until their partition is dropped, at least one partition width
- *      after it ended, so a put of the same key always meets its predecessor. (lanes.c, house.c)
+ *   P4 Versions of one key only grow: each statement that writes versions draws one value from a
+ *      sequence (cache 1, so in time order) and numbers its rows under it (statements.h), and a put
+ *      replaces the key's row only if the row's version is smaller. Rows of ended timers stay as
+ *      tombstones until their partition is dropped, at least one partition width after it ended,
+ *      so a put of the same key always meets its predecessor. (lanes.c, house.c)
  *   P5 A cancel is never undone: it ends the key's current version (end_epoch = 0) in a committed
  *      transaction; a later write of that key is a newer put (a larger version). Nothing else ever
  *      clears end_epoch, and a version ends at most once.
@@ -69,7 +70,7 @@
 #define PG_MAX_SHARDS 65535u /* a fence keeps the shard in 16 bits */
 #define PG_LANES 4           /* write lanes (connections) per node */
 #define PG_BATCH 2000        /* operations per lane transaction at most */
-#define PG_SCHEMA_VERSION 1
+#define PG_SCHEMA_VERSION 2
 #define PG_MIN_LEASE_NS UINT64_C(200000000)
 #define PG_DEFAULT_LEASE_NS UINT64_C(10000000000)
 #define PG_LOCK_PARTITIONS 0x63686d70 /* the advisory lock of partition creation ("chmp") */
