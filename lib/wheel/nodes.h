@@ -81,7 +81,8 @@ int chime__nodes_grow(struct chime__nodes *ns);
 /* Map room for a period at idx. Return: 0, or -ENOMEM. */
 int chime__nodes_grow_periods(struct chime__nodes *ns, uint32_t idx);
 
-/* Take a node (its pos says free until it is placed). Return: 0, or -ENOMEM. May move the arrays. */
+/* Take a node (its pos says free until it is placed). Return: 0, or -ENOMEM. May move the arrays,
+ * even when it fails (a half that grew stays grown). */
 static inline int chime__nodes_take(struct chime__nodes *ns, uint32_t *idx)
 {
     if (ns->free_head != CHIME__NIL) {

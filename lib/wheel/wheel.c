@@ -117,9 +117,9 @@ static int schedule(chime_wheel *w, uint64_t deadline, uint64_t period, chime_fn
         return -EINVAL;
     uint32_t idx;
     int err = chime__nodes_take(&w->nodes, &idx);
+    sync_nodes(w); /* a take may move the arrays, a failed one too (it grows them one after the other) */
     if (err)
         return err;
-    sync_nodes(w);
     struct chime__wnode *h = chime__nodes_hot(&w->nodes, idx);
     h->deadline = deadline;
     h->pos = 0;
@@ -242,6 +242,11 @@ const char *chime__wheel_check(const chime_wheel *w)
         return err;
     if (w->L.live != chime__nodes_used(&w->nodes))
         return "pending count wrong: nodes in use are not the live entries";
+    struct chime__levels seen = w->L;
+    chime__nodes_attach(&w->nodes, &seen);
+    if (seen.nodes != w->L.nodes || seen.cold != w->L.cold || seen.stride != w->L.stride ||
+        seen.cold_stride != w->L.cold_stride)
+        return "the levels do not see the nodes where they are (an array moved unseen)";
     return NULL;
 }
 
