@@ -123,7 +123,8 @@ void chime__records_balance(struct chime__records *r)
 /*
  * Put back the chain starting at first, whose last record's link is NIL, onto shard s's stack, which
  * a sweep step emptied. O(1) unless a producer grew the pool onto that stack meanwhile: then what it
- * pushed (a chunk's chain, or a few) is taken off and walked to its end, to go on top.
+ * pushed (a chunk's chain, or a few) is taken off and walked to its end, to go on top. Producers may
+ * take all of that between our look at the stack and our taking it: then there is nothing to walk.
  */
 static void reattach(struct chime__records *r, struct chime__shard *s, uint32_t first)
 {
@@ -137,6 +138,10 @@ static void reattach(struct chime__records *r, struct chime__shard *s, uint32_t 
             continue;
         }
         uint32_t x = take_all(s), tail = x;
+        if (x == CHIME__REC_NIL) {
+            h = atomic_load_explicit(&s->head, memory_order_relaxed); /* the CAS above checks it */
+            continue;
+        }
         while (next_free(r, tail) != CHIME__REC_NIL)
             tail = next_free(r, tail);
         /* relaxed: the chain is ours until the CAS above publishes it. */
