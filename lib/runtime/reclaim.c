@@ -99,7 +99,7 @@ static void refill(struct chime__records *r, unsigned s)
     }
 }
 
-void chime__records_balance(struct chime__records *r)
+bool chime__records_balance(struct chime__records *r)
 {
     /* Demand: records taken in since the last call, or half the last figure, whichever is more, so
      * that it falls to 0 a few iterations after producers stop. */
@@ -107,7 +107,8 @@ void chime__records_balance(struct chime__records *r)
     r->known_seen = r->known;
     r->demand = recent > r->demand / 2 ? recent : r->demand / 2;
     uint32_t mark = wanted(r->live + 4 * r->demand);
-    if (mark < r->watermark)
+    bool fell = mark < r->watermark;
+    if (fell)
         r->sweep_wanted = true; /* records of the chunks above may be on the stacks */
     r->watermark = mark;
     /* relaxed: a request that carries no data (the refill publishes through its own pushes); a bit
@@ -116,6 +117,7 @@ void chime__records_balance(struct chime__records *r)
     for (unsigned s = 0; dry; s++, dry >>= 1)
         if (dry & 1)
             refill(r, s);
+    return fell;
 }
 
 /* ---- idle work: the sweep and releasing chunks ---- */
