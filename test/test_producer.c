@@ -20,17 +20,11 @@
 #include "chime.h"
 #include "runtime/runtime.h"
 #include "runtime/timer.h"
+#include "runtime_util.h"
 #include "tap.h"
 
 #define MS UINT64_C(1000000)
 #define HOUR (UINT64_C(3600) * 1000 * MS)
-
-static _Atomic uint64_t fake_now;
-static uint64_t fake_clock(void *arg)
-{
-    (void)arg;
-    return atomic_load_explicit(&fake_now, memory_order_relaxed);
-}
 
 static _Atomic long thread_tid; /* the advancing thread's, noted by a callback */
 static void note_tid(void *arg)
@@ -83,9 +77,7 @@ static uint64_t wait_asleep(chime_timer *t)
  */
 static void a_reschedule_that_finds_the_timer_queued_is_woken_for_by_the_push(void)
 {
-    atomic_store(&fake_now, 0);
-    chime_timer *t = NULL;
-    CHECK_EQ(chime__timer_new_clocked(&t, NULL, fake_clock, NULL), 0);
+    chime_timer *t = start(NULL, 0);
     CHECK_EQ(chime_timer_schedule_at(t, 0, note_tid, NULL, NULL), 0);
     chime__timer_sync(t);
     CHECK(atomic_load(&thread_tid) > 0, "the callback did not note the thread");

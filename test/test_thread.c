@@ -2,8 +2,8 @@
 /*
  * The advancing thread's loop (lib/runtime/thread.c): its idle work, in an order of events the test
  * fixes by queueing everything while the thread is held inside a callback, so that its iterations
- * take the same records in on every run. The clock is injected (runtime.h). A plain TAP program
- * (tap.h).
+ * take the same records in on every run. The clock is injected (runtime_util.h). A plain TAP
+ * program (tap.h).
  */
 #include <sched.h>
 #include <stdatomic.h>
@@ -12,17 +12,11 @@
 #include "chime.h"
 #include "runtime/records.h"
 #include "runtime/runtime.h"
+#include "runtime_util.h"
 #include "tap.h"
 
 #define MS UINT64_C(1000000)
 #define HOUR (UINT64_C(3600) * 1000 * MS)
-
-static _Atomic uint64_t fake_now;
-static uint64_t fake_clock(void *arg)
-{
-    (void)arg;
-    return atomic_load_explicit(&fake_now, memory_order_relaxed);
-}
 
 static void noop(void *arg)
 {
@@ -53,9 +47,7 @@ static void hold(void *arg)
  */
 static void memory_goes_back_after_a_burst_once_the_demand_decays(void)
 {
-    atomic_store(&fake_now, 0);
-    chime_timer *t = NULL;
-    CHECK_EQ(chime__timer_new_clocked(&t, NULL, fake_clock, NULL), 0);
+    chime_timer *t = start(NULL, 0);
     enum { OLD = 10 * CHIME__REC_CHUNK - 1000, NEW = 900 };
     static chime_id ids[OLD];
     for (size_t i = 0; i < OLD; i++)
@@ -79,13 +71,7 @@ static void memory_goes_back_after_a_burst_once_the_demand_decays(void)
 
     /* Nothing ends from here on; the thread goes round once a sync. */
     const size_t bound = (CHIME__REC_RESERVE + 1) * CHIME__REC_CHUNK;
-    size_t records = 0;
-    for (int i = 0; i < 64; i++) {
-        chime__timer_sync(t);
-        records = chime__timer_memory(t);
-        if (records <= bound)
-            break;
-    }
+    size_t records = records_once_idle(t, bound);
     CHECK(records <= bound, "%zu records still held with no timer pending, 64 iterations after the burst",
           records);
     chime_timer_free(t);
