@@ -427,6 +427,10 @@ static void a_cancel_during_a_firing_storm_stops_the_timers_not_yet_fired(void)
         atomic_store(&storm_fired[i], 0);
         CHECK_EQ(chime_timer_schedule(t, 7 * MS, storm_fire, TAG(i), &storm_ids[i]), 0);
     }
+    /* The first callback reads the other timers' ids, which the schedules wrote on this thread: only
+     * a sync orders them before it (the advancing thread may read the moved clock before it has
+     * taken the last schedules in, and the clock is no synchronisation). */
+    chime__timer_sync(t);
     set_time(t, 7 * MS);
     for (size_t i = 0; i < STORM; i++)
         CHECK(atomic_load(&storm_fired[i]) == (i < STORM / 2), "timer %zu fired %d times", i,
