@@ -216,8 +216,10 @@ void chime__records_give(struct chime__records *r, uint32_t idx);
 /*
  * Once per iteration of the advancing thread: update the demand and the watermark, and refill the
  * shards producers found dry. O(chunks) at most (a refill's scan for private lists).
+ * Return: true if the watermark fell: idle steps may now give back chunks that were below it, even
+ * if no record is given back again.
  */
-void chime__records_balance(struct chime__records *r);
+bool chime__records_balance(struct chime__records *r);
 
 /* Push what the give-back batches hold onto the stacks. */
 void chime__records_flush(struct chime__records *r);
