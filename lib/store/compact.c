@@ -410,6 +410,15 @@ static void *flusher_main(void *arg)
     uint64_t valid[FLUSH_BATCH_COUNT];
     pthread_mutex_lock(&j->lock);
     while (!j->stopping && !j->error) {
+        /* relaxed: set before the asker takes j->lock to signal, read here under it */
+        if (atomic_exchange_explicit(&j->index_asked, 0, memory_order_relaxed)) {
+            pthread_mutex_unlock(&j->lock); /* stripe locks come before j->lock */
+            err = chime__index_flush(j->ix, 1);
+            if (err)
+                chime__journal_fail(j, err);
+            pthread_mutex_lock(&j->lock);
+            continue;
+        }
         if (j->sealed <= j->flushed) {
             pthread_cond_wait(&j->work, &j->lock);
             continue;
@@ -443,6 +452,16 @@ static void *flusher_main(void *arg)
     }
     pthread_mutex_unlock(&j->lock);
     return NULL;
+}
+
+void chime__journal_ask_index_flush(struct chime__backend *j)
+{
+    /* relaxed: the flusher reads it under j->lock, which this signal takes after the store */
+    if (atomic_exchange_explicit(&j->index_asked, 1, memory_order_relaxed))
+        return; /* asked already; the flusher has not begun on it */
+    pthread_mutex_lock(&j->lock);
+    pthread_cond_signal(&j->work);
+    pthread_mutex_unlock(&j->lock);
 }
 
 int chime__journal_start_flusher(struct chime__backend *j)
