@@ -413,7 +413,7 @@ static void *flusher_main(void *arg)
         /* relaxed: set before the asker takes j->lock to signal, read here under it */
         if (atomic_exchange_explicit(&j->index_asked, 0, memory_order_relaxed)) {
             pthread_mutex_unlock(&j->lock); /* stripe locks come before j->lock */
-            err = chime__index_flush(j->ix, 1);
+            err = chime__index_flush(j->ix, 0);
             if (err)
                 chime__journal_fail(j, err);
             pthread_mutex_lock(&j->lock);

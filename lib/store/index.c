@@ -13,18 +13,20 @@
  * system call for its index. A larger table lives in an unnamed file (O_TMPFILE) in the journal's
  * directory: the page cache holds its slots, and the kernel may write them out and evict them under
  * pressure. The process keeps a tag byte per slot, an exact picture of which slots are empty and a
- * filter of the keys in the others, and a batch of up to 1024 writes not yet in the file
- * (index_table.c states their invariants). A lookup reads only slots whose tag is its key's: a new
- * key, the common put, is known absent, and where it goes, with no read; a key that is present
- * costs a 32-byte pread. Writes join the batch, which goes to the file sorted by slot when it is
- * full, or earlier when the journal's flusher thread writes out every batch that is half full
- * (chime__index_flush), so that a put rarely writes a batch itself. reserve() makes room in the
- * batch before a put appends its record, so the put's own index write never does I/O.
+ * filter of the keys in the others, and a batch of writes not yet in the file, up to a 32nd of the
+ * slots (index_table.c states their invariants). A lookup reads only slots whose tag is its key's: a
+ * new key, the common put, is known absent, and where it goes, with no read; a key that is present
+ * costs a 32-byte pread. Writes join the batch, which goes to the file sorted by slot, dense chunks
+ * read, patched and written whole, when it is full, or earlier when the journal's flusher thread
+ * writes out every batch that is half full (chime__index_flush), so that a put rarely writes a batch
+ * itself. reserve() makes room in the batch before a put appends its record, so the put's own index
+ * write never does I/O.
  * (A shared mapping of the file was tried first: every read fault maps the 16 pages around it, so a
  * few thousand random lookups made the whole table resident again between two madvise(DONTNEED)s.)
  *
  * Memory per key: nothing in memory for the slots of a file table, 1 byte of tags per slot (1.3 to
- * 2.7 bytes per key at 3/8 to 3/4 full) and 48 KiB per file table for its batch (3 MiB at most).
+ * 2.7 bytes per key at 3/8 to 3/4 full) and, once its batch has filled, 1.5 bytes per slot for it:
+ * 40 MiB for 10^7 keys under puts, 16 MiB when only opened.
  * While a rebuild runs, and while a large table grows, the table being built is anonymous memory,
  * written into its file in one sequential write when it is complete: the process holds it whole
  * for that long (32 bytes per slot: 512 MiB for 10^7 keys, the peak of an open).
@@ -47,7 +49,7 @@
 #define STRIPES 32
 #define MIN_SLOTS 128u                     /* 4 KiB */
 #define MEM_MAX ((uint64_t)512 << 10)      /* bytes of a table kept in memory */
-#define BATCH 1024u                        /* pending writes of a file table (index_table.c) */
+#define BATCH 0u                           /* pending writes of a file table: 0 sizes them (index_table.c) */
 #define ENDED (UINT64_C(1) << 63)          /* rebuild only: this greatest version has ended */
 
 typedef struct chime__islot_data slot_t;
@@ -68,7 +70,7 @@ struct chime__index {
     int dir;
     int building;    /* from open to chime__index_rebuild_done: every table stays in memory */
     uint64_t mem_max; /* bytes of a table kept in memory (MEM_MAX; tests lower it) */
-    uint32_t batch;   /* pending writes of a file table (BATCH; tests lower it) */
+    uint32_t batch;   /* pending writes of a file table (0: sized by the table; tests set it) */
     _Atomic uint64_t bytes;    /* of every table */
     _Atomic uint64_t live[2];  /* entries not ended, per table */
     _Atomic int flush_hint;    /* a file table holds half a batch of pending writes */
@@ -443,12 +445,12 @@ void chime__index_set_memory_max(struct chime__index *ix, uint64_t bytes)
 void chime__index_set_defaults(uint64_t mem_max, uint32_t batch)
 {
     default_mem_max = mem_max ? mem_max : MEM_MAX;
-    default_batch = batch ? batch : BATCH;
+    default_batch = batch;
 }
 
 void chime__index_set_write_batch(struct chime__index *ix, uint32_t n)
 {
-    ix->batch = n ? n : 1;
+    ix->batch = n;
 }
 
 int chime__index_maybe(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k)
@@ -456,7 +458,7 @@ int chime__index_maybe(struct chime__index *ix, enum chime__index_table t, const
     return chime__itable_maybe(&ix->stripes[k->stripe].t[t], &k->h);
 }
 
-int chime__index_flush(struct chime__index *ix, uint32_t min)
+int chime__index_flush(struct chime__index *ix, int all)
 {
     /* relaxed: a hint (see hint()); one set after this store is seen by the next call */
     atomic_store_explicit(&ix->flush_hint, 0, memory_order_relaxed);
@@ -465,7 +467,7 @@ int chime__index_flush(struct chime__index *ix, uint32_t min)
         pthread_mutex_lock(&ix->stripes[i].lock);
         for (int t = 0; t < 2 && !err; t++) {
             table_t *tb = &ix->stripes[i].t[t];
-            if (tb->pend.n && tb->pend.n >= min)
+            if (tb->pend.n && (all || tb->pend.n * 2 >= tb->pend.max))
                 err = chime__itable_flush(tb);
         }
         pthread_mutex_unlock(&ix->stripes[i].lock);

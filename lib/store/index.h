@@ -105,8 +105,8 @@ uint64_t chime__index_count(const struct chime__index *ix, enum chime__index_tab
 
 /* Tests: tables larger than `bytes` go into files (512 KiB otherwise), before any is made. */
 void chime__index_set_memory_max(struct chime__index *ix, uint64_t bytes);
-/* Tests: pending writes a file table holds before it writes them out (1024 otherwise; at least 1),
- * before any table is in a file. */
+/* Tests: pending writes a file table holds before it writes them out (0, the default: sized by the
+ * table, index_table.c), before any table is in a file. */
 void chime__index_set_write_batch(struct chime__index *ix, uint32_t n);
 /* Tests: the memory limit and batch every index opened from now on starts with (0: the defaults),
  * so that a whole store's index lives in files; set while no store is open. */
@@ -118,10 +118,11 @@ int chime__index_maybe(struct chime__index *ix, enum chime__index_table t, const
  * so that a failing run's table layout repeats with its seed. */
 void chime__index_set_hash_key(struct chime__index *ix, uint64_t k0, uint64_t k1);
 
-/* Write out the pending writes of every file table holding at least `min` of them, one stripe at a
- * time under its lock (the flusher thread calls this, so that puts rarely find a full batch).
- * Return: 0 or the first I/O error (the journal then fails: the index could not keep its writes). */
-int chime__index_flush(struct chime__index *ix, uint32_t min);
+/* Write out the pending writes of every file table whose batch is at least half full (all: of every
+ * file table), one stripe at a time under its lock (the flusher thread calls this, so that puts
+ * rarely find a full batch). Return: 0 or the first I/O error (the journal then fails: the index
+ * could not keep its writes). */
+int chime__index_flush(struct chime__index *ix, int all);
 /* Whether some file table holds at least half a batch of pending writes. Any thread, no lock: a
  * hint for waking the flusher. */
 int chime__index_flush_wanted(const struct chime__index *ix);

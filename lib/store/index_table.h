@@ -44,7 +44,8 @@ struct chime__itable {
 int chime__itable_make(struct chime__itable *t, uint64_t cap);
 void chime__itable_free(struct chime__itable *t);
 /* Move a table in memory into an unnamed file in dir (one sequential write) with its tags and room
- * for `batch` pending writes. Return: 0; -ENOMEM or an I/O error (the table is then unchanged). */
+ * for `batch` pending writes (0: sized by the table). Return: 0; -ENOMEM or an I/O error (the table
+ * is then unchanged). */
 int chime__itable_to_file(struct chime__itable *t, int dir, uint32_t batch);
 
 /* Read n slots from position first on (wrapping round the table) into buf, as the table holds
@@ -55,7 +56,8 @@ int chime__itable_read(const struct chime__itable *t, uint64_t first, uint64_t n
  * writes, which go to the file when the batch is full. Return: 0 or an error writing the batch. */
 int chime__itable_write(struct chime__itable *t, uint64_t first, uint64_t n,
                         const struct chime__islot_data *buf);
-/* Write the pending writes into the file (sorted by position, one pwrite per consecutive run).
+/* Write the pending writes into the file, sorted by position: a chunk holding several of them is
+ * read, patched and written whole, others go one pwrite per run of consecutive positions.
  * Return: 0 or an I/O error (the pending writes then stay, and the table reads as before). */
 int chime__itable_flush(struct chime__itable *t);
 /* Room for `n` more pending writes without a flush (flushing if needed). Return: as flush. */
