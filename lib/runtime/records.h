@@ -154,6 +154,15 @@ static inline struct chime__rec_call *chime__records_call(const struct chime__re
     return &r->cold[idx];
 }
 
+/* Point the levels at the records' hot and cold halves. Once: the arrays never move. */
+static inline void chime__records_attach(const struct chime__records *r, struct chime__levels *L)
+{
+    L->nodes = (char *)r->hot;
+    L->stride = sizeof(struct chime__rec);
+    L->cold = (char *)r->cold;
+    L->cold_stride = sizeof(struct chime__rec_call);
+}
+
 /* Record idx's period in ns (periodic timers only): written by the producer that took it, before
  * its push; read by the advancing thread. */
 static inline uint64_t *chime__records_period(const struct chime__records *r, uint32_t idx)
