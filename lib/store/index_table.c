@@ -19,20 +19,21 @@
  * put, is known absent at the first empty tag, and where it goes is that slot: no read. A "maybe" (a
  * slot of the run with the key's tag, holding another key) costs one read and is then settled by the
  * full 128-bit hash, so replace, cancel and acknowledgement stay exact. At the index's load (at most
- * 3/4, usually about half) a probe run passes about 1.5 to 8.5 occupied slots, so a new key reads with
- * probability about 0.6 to 3.3 % (each occupied slot matches with probability 1/255).
+ * 3/4, usually about half) an unsuccessful probe passes about 1.5 to 7.5 occupied slots (linear
+ * probing: (1 + 1/(1 - load)^2) / 2 slots in all), so a new key reads with probability about 0.6 to
+ * 2.9 % (each occupied slot matches with probability 1/255).
  *
  * A write (an insert, an overwrite, the shifts of a deletion) goes to pending and sets the tag.
  * A full batch is written out sorted by position, a 64 KiB chunk (2048 slots) at a time: a chunk
  * with 8 pending writes or more is read, patched and written whole (a pread and a pwrite of 64 KiB
  * cost about what seven 32-byte pwrites do, measured on the project's VM: 12 us against 1.8 us
  * each); the others get one pwrite per run of consecutive positions. Because the batch is a 32nd of
- * the table, a full one holds about 64 writes per chunk, whatever the table's size: about 0.2 us of
- * the kernel's time per write instead of 1.8. The journal's flusher thread writes out batches that
- * are half full (chime__index_flush), so a put seldom meets a full one; when it does, it writes the
- * batch itself, holding its stripe's lock for a few milliseconds (256 chunks for a table of 2^19
- * slots). The index reserves room before a put appends its record (chime__itable_room), so the
- * put's own write never does I/O.
+ * the table, one written out half full to full holds 32 to 64 writes per chunk whatever the table's
+ * size: 0.2 to 0.4 us of the kernel's time per write instead of 1.8. The journal's flusher thread
+ * writes out batches that are half full (chime__index_flush), so a put seldom meets a full one; when
+ * it does, it writes the batch itself, holding its stripe's lock for a few milliseconds (256 chunks
+ * for a table of 2^19 slots). The index reserves room before a put appends its record
+ * (chime__itable_room), so the put's own write never does I/O.
  *
  * Costs in memory: a file table costs 1 byte per slot of tags (1.3 to 2.7 bytes per key at 3/8 to
  * 3/4 full; 16 MiB for 10^7 keys sized by a rebuild), and a batch of 48 bytes per pending write
