@@ -417,10 +417,14 @@ static void *flusher_main(void *arg)
             if (err)
                 chime__journal_fail(j, err);
             pthread_mutex_lock(&j->lock);
-            continue;
+            if (j->stopping || j->error)
+                break;
+            /* On to the segments, if any: puts that keep asking must not starve them. */
         }
         if (j->sealed <= j->flushed) {
-            pthread_cond_wait(&j->work, &j->lock);
+            /* An ask made while j->lock was released above signalled no one: look before waiting. */
+            if (!atomic_load_explicit(&j->index_asked, memory_order_relaxed))
+                pthread_cond_wait(&j->work, &j->lock);
             continue;
         }
         /* Every sealed segment up to the budget goes into one run: a flush's fixed costs (a run
