@@ -176,10 +176,13 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
  *         store has failed: see above; this put is not durable); -ESHUTDOWN once close has begun;
  *         -ENOMEM.
  * Complexity: O(1) expected: a hash lookup in memory and one in the journal's key index (in memory
- *             up to about a quarter of a million keys; beyond, a pread and a pwrite of the index's
- *             file, held in the page cache), one record appended; with CHIME_SYNC_EACH a wait for the
- *             next group commit (one fdatasync shared with every waiting thread). Waits also while
- *             the journal's flusher is more than a few segments behind (the disk sets the pace).
+ *             up to about a quarter of a million keys; beyond, in a file held in the page cache: a
+ *             new key makes no system call, a pending key's slot costs a 32-byte pread, and the
+ *             index's writes go to the file in batches, at times by the putting thread, which then
+ *             holds one of 32 index locks for a few ms), one record appended; with
+ *             CHIME_SYNC_EACH a wait for the next group commit (one fdatasync shared with every
+ *             waiting thread). Waits also while the journal's flusher is more than a few segments
+ *             behind (the disk sets the pace).
  * Thread safety: any thread, handlers included.
  */
 CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, const void *payload,
