@@ -49,7 +49,8 @@ struct chime_timer_config {          /* all zero (or a NULL config) means the de
 
 enum chime_stop {
     CHIME_STOP_DRAIN = 1, /* refuse new timers, let every pending one-shot timer fire, then stop */
-    CHIME_STOP_NOW = 2,   /* fire nothing more; every timer that will not fire goes to on_unfired */
+    CHIME_STOP_NOW = 2,   /* fire nothing more (but what had begun firing: chime_timer_stop);
+                             every timer that will not fire goes to on_unfired */
 };
 
 /* Lateness histogram buckets: bucket 0 counts callbacks started less than 1 us after their deadline,
@@ -149,11 +150,13 @@ CHIME_API int chime_timer_reschedule(chime_timer *t, chime_id id, uint64_t delay
 /*
  * Stop the runtime. CHIME_STOP_DRAIN refuses new timers (-ESHUTDOWN) and returns once every pending
  * one-shot timer has fired and its callback has returned (cancel and reschedule keep working until
- * then); periodic timers go to on_unfired. CHIME_STOP_NOW fires nothing more: callbacks already
- * running finish, and every timer that will never fire is passed to on_unfired(arg) once, so the
- * caller can free what it gave. on_unfired runs on the advancing thread before stop returns; it may
- * be NULL. The threads are joined before stop returns. Afterwards every call but chime_timer_stats
- * and chime_timer_free returns -ESHUTDOWN.
+ * then); periodic timers go to on_unfired. CHIME_STOP_NOW fires nothing more once the advancing
+ * thread sees it: callbacks already running finish, and so do those whose firing had begun (the rest
+ * of the batch the advancing thread was firing, at most 1024 callbacks; with workers, what each
+ * worker had already taken from its queue, at most 32 each); every timer that will never fire is
+ * passed to on_unfired(arg) once, so the caller can free what it gave. on_unfired runs on the
+ * advancing thread before stop returns; it may be NULL. The threads are joined before stop returns.
+ * Afterwards every call but chime_timer_stats and chime_timer_free returns -ESHUTDOWN.
  * Return: 0; -EINVAL if t is NULL or how is neither mode; -EDEADLK if called from one of t's
  *         callbacks (or on_unfired); -ESHUTDOWN if stop was already called.
  * Complexity: O(pending + pool capacity); DRAIN also waits for the last deadline.
