@@ -42,11 +42,13 @@ else
 fi
 ninja -C "$build"
 
-mkdir -p "$out"
-rm -f "$out"/console.txt "$out"/summary.txt "$out"/perf.json "$out"/*.dat "$out"/*.svg
 # What the charts print under each plot: the commit measured and when (the CPU model is in the JSON).
+# Read before the old results are removed: when they are tracked (docs/perf), removing them would
+# make every run look like one of uncommitted code.
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [ "$commit" != unknown ] && ! git diff --quiet HEAD 2>/dev/null; then commit="$commit-dirty"; fi
+mkdir -p "$out"
+rm -f "$out"/console.txt "$out"/summary.txt "$out"/perf.json "$out"/*.dat "$out"/*.svg
 # The console output is the progress display: line-buffered through tee, so it shows as it runs.
 status=0
 stdbuf -oL "$build/perf/chime-perf" --benchmark_out="$out/perf.json" --benchmark_out_format=json \

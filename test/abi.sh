@@ -12,7 +12,8 @@
 #   test/abi.sh update LIB   the same from a library already built with debug information.
 #
 # test/install.sh runs the check in the test suite (suite 'script') on the library it installs.
-# Only what include/chime.h declares is compared (--headers-dir): internal types may change freely.
+# Only what the public headers (include/) declare is compared (--headers-dir): internal types may
+# change freely.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/.." && pwd)

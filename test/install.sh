@@ -45,7 +45,7 @@ else
 fi
 
 missing=
-for f in include/chime.h lib/libchime.so.0 lib/libchime.a lib/pkgconfig/chime.pc \
+for f in include/chime.h include/chime_timer.h include/chime_store.h lib/libchime.so.0 lib/libchime.a lib/pkgconfig/chime.pc \
          share/man/man3/chime.3 share/man/man3/chime_wheel.3 share/man/man3/chime_timer_stop.3; do
   [ -e "$prefix/$f" ] || missing="$missing $f"
 done

@@ -196,6 +196,61 @@ static void test_a_put_for_another_nodes_shard_reaches_it_with_or_without_notifi
     recorder_free(&ra);
 }
 
+/* Rows chime.pending shows (the operators' view: committed, unfired timers), polled until it shows
+ * want; the test's timeout bounds the wait. */
+static void wait_pending_rows(PGconn *c, long long want)
+{
+    long long got;
+    while ((got = pg_value(c, "SELECT count(*) FROM chime.pending")) != want) {
+        CHECK(got >= 0 && got < want, "%lld rows pending, waiting for %lld", got, want);
+        struct timespec ts = { 0, 2000000 };
+        nanosleep(&ts, NULL); /* a poll of the database: there is nothing to wait on */
+    }
+}
+
+/*
+ * CHIME_SYNC_INTERVAL: puts and cancels return before their transaction commits. chime_store_sync
+ * returns only once every earlier one is committed, which another connection then sees at once;
+ * without a sync, the interval's own commit gets them there.
+ */
+static void test_sync_interval_commits_at_sync_and_on_its_own(void)
+{
+    fresh();
+    struct chime_store_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.postgres = conninfo;
+    cfg.node = "a";
+    cfg.lease_ns = 2 * SEC;
+    cfg.sync = CHIME_SYNC_INTERVAL;
+    cfg.sync_interval_ns = 20 * MS;
+    chime_store *s = NULL;
+    CHECK_EQ(chime_store_open(&s, &cfg, recorder_handler, &rec), 0);
+    PGconn *c = pg_connect_or_die(conninfo);
+    uint64_t due = wall_ns() + 3600 * SEC; /* nothing fires during the test */
+    char key[32];
+    enum { N = 2000 };
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "iv-%d", i);
+        CHECK_EQ(chime_store_put(s, key, strlen(key), "p", 1, due + (uint64_t)i), 0);
+    }
+    CHECK_EQ(chime_store_sync(s), 0);
+    CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.pending"), N);
+    for (int i = 0; i < N; i += 2) {
+        snprintf(key, sizeof key, "iv-%d", i);
+        CHECK_EQ(chime_store_cancel(s, key, strlen(key)), 0);
+    }
+    CHECK_EQ(chime_store_sync(s), 0);
+    CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.pending"), N / 2);
+    for (int i = 0; i < N; i++) { /* no sync: the interval commits them */
+        snprintf(key, sizeof key, "iv-late-%d", i);
+        CHECK_EQ(chime_store_put(s, key, strlen(key), "p", 1, due), 0);
+    }
+    wait_pending_rows(c, N / 2 + N);
+    PQfinish(c);
+    CHECK_EQ(chime_store_close(s), 0);
+    CHECK_EQ(recorder_count(&rec), 0);
+}
+
 static void test_open_refuses_a_database_without_the_schema(void)
 {
     chime_store *s = NULL;
@@ -221,6 +276,8 @@ int main(void)
           test_pending_timers_survive_a_close_and_fire_after_reopen },
         { "a_put_for_another_nodes_shard_reaches_it_with_or_without_notifications",
           test_a_put_for_another_nodes_shard_reaches_it_with_or_without_notifications },
+        { "sync_interval_commits_at_sync_and_on_its_own",
+          test_sync_interval_commits_at_sync_and_on_its_own },
         { "open_refuses_a_database_without_the_schema", test_open_refuses_a_database_without_the_schema },
     };
     int rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));

@@ -3,15 +3,21 @@
  * The journal's key index (lib/store/index.c): random operations against a plain array, with enough
  * keys to grow every table several times and to move it from memory into its file (where it is read
  * and written a few slots at a time), and rebuilds that reach the same state whatever order records
- * come in.
+ * come in; lookups the tags of a file table settle without a read, those they do not ("maybe"), and
+ * I/O errors of a table's file (made by io.h's fault hook); and whole stores whose index lives in
+ * files (chime__index_set_defaults): puts, replacements and cancels from several threads, with the
+ * flusher writing the index's batches out meanwhile, exact before and after a reopen.
  * CHIME_INDEX_KEYS (default 300000) sets the number of keys.
  */
 #include "store_util.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
 #include "rng.h"
 #include "store/index.h"
+#include "store/io.h"
 
 static char *dir;
 
@@ -42,12 +48,15 @@ static void key_of(struct chime__index *ix, int i, struct chime__ikey *k)
     chime__index_key(ix, name, (size_t)n, k);
 }
 
-static void random_operations_agree_with_a_plain_array(void)
+/* Random sets and deletes of n keys, each checked by a lookup against a plain array, with `batch`
+ * pending writes per file table; with `drain`, the flusher's chime__index_flush now and then. */
+static void random_operations(const char *name, uint32_t batch, int drain)
 {
     int fd, n = keys_wanted();
-    struct rng r = { rng_seed("test_store_index") };
+    struct rng r = { rng_seed(name) };
     struct chime__index *ix = open_index(&fd, &r);
     chime__index_set_memory_max(ix, 8192); /* all but the smallest tables in files */
+    chime__index_set_write_batch(ix, batch);
     CHECK_EQ(chime__index_rebuild_done(ix), 0); /* nothing to rebuild: tables go in files from now */
     uint64_t *want = calloc((size_t)n, sizeof *want); /* version, 0 = absent */
     uint64_t live = 0;
@@ -65,12 +74,21 @@ static void random_operations_agree_with_a_plain_array(void)
             CHECK_EQ(chime__index_set(ix, CHIME__IX_PENDING, &k, (uint64_t)op + 1, (uint64_t)(op + 1) * 3), 0);
             live += !want[i];
             want[i] = (uint64_t)op + 1;
-        } else {
+        } else if (rng_below(&r, 2)) {
             CHECK_EQ(chime__index_del(ix, CHIME__IX_PENDING, &k), 0);
+            live -= want[i] != 0;
+            want[i] = 0;
+        } else { /* the journal's way: find, then delete what it found */
+            struct chime__islot at;
+            CHECK_EQ(chime__index_find(ix, CHIME__IX_PENDING, &k, &at), 0);
+            CHECK_EQ(at.found, want[i] != 0);
+            CHECK_EQ(chime__index_del_at(ix, CHIME__IX_PENDING, &k, &at), 0);
             live -= want[i] != 0;
             want[i] = 0;
         }
         chime__index_unlock(ix, &k);
+        if (drain && rng_below(&r, 1000) == 0)
+            CHECK_EQ(chime__index_flush(ix, (int)rng_below(&r, 2)), 0);
     }
     CHECK_EQ(chime__index_count(ix, CHIME__IX_PENDING), live);
     for (int i = 0; i < n; i++) {
@@ -83,6 +101,155 @@ static void random_operations_agree_with_a_plain_array(void)
     chime__index_free(ix);
     close(fd);
     free(want);
+}
+
+static void random_operations_agree_with_a_plain_array(void)
+{
+    random_operations("test_store_index", 0, 1);
+}
+
+static void random_operations_agree_with_a_plain_array_when_every_write_goes_to_the_file(void)
+{
+    random_operations("test_store_index (batch 1)", 1, 0);
+}
+
+/* io.h's fault hook: fail the armed kind of operation with -EIO, counting the attempts. */
+struct fault {
+    _Atomic int armed;
+    enum chime__io_op op;
+    _Atomic long hits;
+};
+
+static int fail_op(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    struct fault *f = ctx;
+    (void)name;
+    (void)fd;
+    if (op != f->op)
+        return 0;
+    atomic_fetch_add(&f->hits, 1);
+    return atomic_load(&f->armed) ? -EIO : 0;
+}
+
+/* An index of `keys` keys 0.. (version i + 1) in file tables holding up to `batch` pending writes. */
+static struct chime__index *filled_index(int *fd, struct rng *r, int keys, uint32_t batch)
+{
+    struct chime__index *ix = open_index(fd, r);
+    chime__index_set_memory_max(ix, 4096);
+    chime__index_set_write_batch(ix, batch);
+    CHECK_EQ(chime__index_rebuild_done(ix), 0);
+    for (int i = 0; i < keys; i++) {
+        struct chime__ikey k;
+        key_of(ix, i, &k);
+        chime__index_lock(ix, &k);
+        CHECK_EQ(chime__index_set(ix, CHIME__IX_PENDING, &k, (uint64_t)i + 1, 5), 0);
+        chime__index_unlock(ix, &k);
+    }
+    return ix;
+}
+
+/* The lookup of key i: 1 and its version, 0, or an error. */
+static int get(struct chime__index *ix, int i, uint64_t *v)
+{
+    struct chime__ikey k;
+    uint64_t due;
+    key_of(ix, i, &k);
+    chime__index_lock(ix, &k);
+    int got = chime__index_get(ix, CHIME__IX_PENDING, &k, v, &due);
+    chime__index_unlock(ix, &k);
+    return got;
+}
+
+static int maybe(struct chime__index *ix, int i)
+{
+    struct chime__ikey k;
+    key_of(ix, i, &k);
+    chime__index_lock(ix, &k);
+    int m = chime__index_maybe(ix, CHIME__IX_PENDING, &k);
+    chime__index_unlock(ix, &k);
+    return m;
+}
+
+static void a_new_key_the_tags_rule_out_is_not_read_and_a_maybe_is_read_and_settled(void)
+{
+    enum { KEYS = 20000 };
+    int fd;
+    struct rng r = { rng_seed("test_store_index (tags)") };
+    struct chime__index *ix = filled_index(&fd, &r, KEYS, 0);
+    CHECK_EQ(chime__index_flush(ix, 1), 0); /* everything in the files: a read is a pread */
+    int no = -1, yes = -1; /* absent keys whose tags say no, and maybe */
+    for (int i = KEYS; i < 40 * KEYS && (no < 0 || yes < 0); i++) {
+        if (maybe(ix, i))
+            yes = yes < 0 ? i : yes;
+        else
+            no = no < 0 ? i : no;
+    }
+    CHECK(no >= 0 && yes >= 0, "no absent key with each answer (%d, %d)", no, yes);
+    static struct fault reads = { 0, CHIME_IO_READ, 0 };
+    chime__io_set_fault(fail_op, &reads);
+    atomic_store(&reads.armed, 1); /* every pread fails from here */
+    uint64_t v;
+    CHECK_EQ(get(ix, no, &v), 0);   /* settled by the tags: no read, no error */
+    CHECK_EQ(atomic_load(&reads.hits), 0);
+    CHECK_EQ(get(ix, yes, &v), -EIO); /* a maybe reads the slot whose tag matched */
+    CHECK(atomic_load(&reads.hits) >= 1, "the maybe made no read");
+    CHECK_EQ(get(ix, 7, &v), -EIO);   /* a present key is read too */
+    atomic_store(&reads.armed, 0);
+    chime__io_set_fault(NULL, NULL);
+    CHECK_EQ(get(ix, yes, &v), 0);  /* the read settles it: another key holds that tag */
+    struct chime__ikey k;
+    key_of(ix, yes, &k);
+    chime__index_lock(ix, &k);
+    CHECK_EQ(chime__index_set(ix, CHIME__IX_PENDING, &k, 999999, 5), 0);
+    chime__index_unlock(ix, &k);
+    CHECK_EQ(get(ix, yes, &v), 1);
+    CHECK_EQ(v, 999999);
+    for (int i = 0; i < KEYS; i++) { /* and nothing else moved */
+        CHECK_EQ(get(ix, i, &v), 1);
+        CHECK_EQ(v, (uint64_t)i + 1);
+    }
+    chime__index_free(ix);
+    close(fd);
+}
+
+static void a_failed_write_of_a_batch_keeps_it_pending_and_the_index_exact(void)
+{
+    enum { KEYS = 5000, BATCH = 16 };
+    int fd;
+    struct rng r = { rng_seed("test_store_index (write error)") };
+    struct chime__index *ix = filled_index(&fd, &r, KEYS, BATCH);
+    static struct fault writes = { 0, CHIME_IO_WRITE, 0 };
+    chime__io_set_fault(fail_op, &writes);
+    atomic_store(&writes.armed, 1);
+    int failed = 0, i = KEYS;
+    for (; i < KEYS + 64 * BATCH && !failed; i++) { /* until some table's batch is full */
+        struct chime__ikey k;
+        key_of(ix, i, &k);
+        chime__index_lock(ix, &k);
+        int err = chime__index_set(ix, CHIME__IX_PENDING, &k, (uint64_t)i + 1, 5);
+        chime__index_unlock(ix, &k);
+        CHECK(err == 0 || err == -EIO, "set: %d", err);
+        failed = err == -EIO;
+    }
+    CHECK(failed, "no write failed");
+    int last = i - 1; /* its set failed: not applied */
+    uint64_t v;
+    CHECK_EQ(get(ix, last, &v), 0);
+    for (int x = 0; x < last; x++) { /* what was pending still reads right, the failure's key too */
+        CHECK_EQ(get(ix, x, &v), 1);
+        CHECK_EQ(v, (uint64_t)x + 1);
+    }
+    CHECK_EQ(chime__index_flush(ix, 1), -EIO);
+    atomic_store(&writes.armed, 0); /* the disk is back: the batch goes out, and all still agree */
+    chime__io_set_fault(NULL, NULL);
+    CHECK_EQ(chime__index_flush(ix, 1), 0);
+    for (int x = 0; x < last; x++) {
+        CHECK_EQ(get(ix, x, &v), 1);
+        CHECK_EQ(v, (uint64_t)x + 1);
+    }
+    CHECK_EQ(chime__index_count(ix, CHIME__IX_PENDING), (uint64_t)last);
+    chime__index_free(ix);
+    close(fd);
 }
 
 struct event {
@@ -154,9 +321,162 @@ static void a_rebuild_reaches_the_same_state_in_any_order(void)
     }
 }
 
+/* ---- whole stores, their index in files ---- */
+
+enum { STORE_THREADS = 4, STORE_KEYS = 4000 /* per thread */ };
+
+struct worker {
+    chime_store *s;
+    int t;
+    uint64_t due;
+    int failed; /* the first call that did not return what it should, or 0 */
+};
+
+/* Thread t owns keys "k<t>-<i>": puts each, replaces the even ones, cancels every third (twice: 0,
+ * then -ENOENT). What is left: i % 3 != 0. */
+static void *store_worker(void *arg)
+{
+    struct worker *w = arg;
+    char key[32];
+    for (int pass = 0; pass < 3 && !w->failed; pass++)
+        for (int i = 0; i < STORE_KEYS && !w->failed; i++) {
+            int n = snprintf(key, sizeof key, "k%d-%d", w->t, i);
+            int err = 0, want = 0;
+            if (pass == 0)
+                err = chime_store_put(w->s, key, (size_t)n, "p", 1, w->due + (uint64_t)i);
+            else if (pass == 1 && i % 2 == 0)
+                err = chime_store_put(w->s, key, (size_t)n, "q", 1, w->due + 7 * (uint64_t)i);
+            else if (pass == 2 && i % 3 == 0) {
+                err = chime_store_cancel(w->s, key, (size_t)n);
+                if (!err) {
+                    err = chime_store_cancel(w->s, key, (size_t)n);
+                    want = -ENOENT;
+                }
+            }
+            if (err != want)
+                w->failed = 1 + pass * STORE_KEYS + i;
+        }
+    return NULL;
+}
+
+static _Atomic int fired_any;
+
+static int64_t fire_never(void *ctx, const struct chime_fire *fire)
+{
+    (void)ctx;
+    (void)fire;
+    atomic_store(&fired_any, 1); /* every timer here is due a day ahead */
+    return 0;
+}
+
+static chime_store *open_far(const char *path)
+{
+    struct chime_store_config cfg = { .path = path, .sync = CHIME_SYNC_INTERVAL };
+    chime_store *s = NULL;
+    int err = chime_store_open(&s, &cfg, fire_never, NULL);
+    CHECK(err == 0, "open: %s", chime_strerror(err));
+    return s;
+}
+
+static void a_store_whose_index_is_in_files_stays_exact_across_threads_and_a_reopen(void)
+{
+    char *path = tmpdir_make("index-store");
+    chime__index_set_defaults(1024, 8); /* every table in a file, small batches */
+    chime_store *s = open_far(path);
+    uint64_t due = wall_ns() + 24 * 3600 * SEC; /* a day ahead: on disk only, in the index */
+    struct worker w[STORE_THREADS];
+    pthread_t th[STORE_THREADS];
+    for (int t = 0; t < STORE_THREADS; t++) {
+        w[t] = (struct worker){ s, t, due, 0 };
+        CHECK_EQ(pthread_create(&th[t], NULL, store_worker, &w[t]), 0);
+    }
+    for (int t = 0; t < STORE_THREADS; t++) {
+        CHECK_EQ(pthread_join(th[t], NULL), 0);
+        CHECK(!w[t].failed, "thread %d: call %d", t, w[t].failed - 1);
+    }
+    uint64_t left = (uint64_t)STORE_THREADS * (STORE_KEYS - (STORE_KEYS + 2) / 3);
+    struct chime_store_stats st;
+    for (int round = 0; round < 2; round++) { /* before and after a reopen (a rebuild) */
+        chime_store_stats(s, &st);
+        CHECK_EQ(st.pending, left);
+        CHECK_EQ(st.loaded, 0);
+        char key[32];
+        for (int t = 0; t < STORE_THREADS; t++)
+            for (int i = round; i < STORE_KEYS; i += 2) { /* half the keys per round */
+                int n = snprintf(key, sizeof key, "k%d-%d", t, i);
+                CHECK_EQ(chime_store_cancel(s, key, (size_t)n), i % 3 ? 0 : -ENOENT);
+                left -= i % 3 != 0;
+            }
+        CHECK_EQ(chime_store_close(s), 0);
+        s = open_far(path);
+    }
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    CHECK(!atomic_load(&fired_any), "a timer a day ahead fired");
+    chime__index_set_defaults(0, 0);
+    tmpdir_remove(path);
+    free(path);
+}
+
+/* Fail reads of the index's unnamed files (a link "... (deleted)" in /proc/self/fd) when armed. */
+static int fail_index_reads(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    (void)name;
+    if (op != CHIME_IO_READ || fd < 0 || !atomic_load((_Atomic int *)ctx))
+        return 0;
+    char link[64], target[512];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = 0;
+    return strstr(target, "(deleted)") && strstr(target, "/#") ? -EIO : 0;
+}
+
+static void an_index_read_error_fails_the_store_with_eio_for_good(void)
+{
+    char *path = tmpdir_make("index-eio");
+    chime__index_set_defaults(1024, 1); /* every table in a file, each write soon in it */
+    chime_store *s = open_far(path);
+    uint64_t due = wall_ns() + 24 * 3600 * SEC;
+    char key[32];
+    for (int i = 0; i < 2000; i++) {
+        int n = snprintf(key, sizeof key, "e%d", i);
+        CHECK_EQ(chime_store_put(s, key, (size_t)n, "p", 1, due), 0);
+    }
+    static _Atomic int armed;
+    chime__io_set_fault(fail_index_reads, (void *)&armed);
+    atomic_store(&armed, 1);
+    /* A replacement must read the key's slot to name the version it replaces. */
+    CHECK_EQ(chime_store_put(s, "e5", 2, "q", 1, due), -EIO);
+    atomic_store(&armed, 0); /* the disk is fine again: the store stays failed */
+    CHECK_EQ(chime_store_put(s, "new", 3, "q", 1, due), -EIO);
+    CHECK_EQ(chime_store_cancel(s, "e6", 2), -EIO);
+    chime_store_close(s);
+    chime__io_set_fault(NULL, NULL);
+    s = open_far(path); /* the journal is whole: the index is rebuilt from it */
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 2000);
+    CHECK_EQ(chime_store_cancel(s, "e5", 2), 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    chime__index_set_defaults(0, 0);
+    tmpdir_remove(path);
+    free(path);
+}
+
 static const struct tap_test tests[] = {
     { "random_operations_agree_with_a_plain_array", random_operations_agree_with_a_plain_array },
+    { "random_operations_agree_with_a_plain_array_when_every_write_goes_to_the_file",
+      random_operations_agree_with_a_plain_array_when_every_write_goes_to_the_file },
+    { "a_new_key_the_tags_rule_out_is_not_read_and_a_maybe_is_read_and_settled",
+      a_new_key_the_tags_rule_out_is_not_read_and_a_maybe_is_read_and_settled },
+    { "a_failed_write_of_a_batch_keeps_it_pending_and_the_index_exact",
+      a_failed_write_of_a_batch_keeps_it_pending_and_the_index_exact },
     { "a_rebuild_reaches_the_same_state_in_any_order", a_rebuild_reaches_the_same_state_in_any_order },
+    { "a_store_whose_index_is_in_files_stays_exact_across_threads_and_a_reopen",
+      a_store_whose_index_is_in_files_stays_exact_across_threads_and_a_reopen },
+    { "an_index_read_error_fails_the_store_with_eio_for_good",
+      an_index_read_error_fails_the_store_with_eio_for_good },
 };
 
 int main(void)

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE /* nothing beyond POSIX is used; kept for the cpuid header's inline asm */
 #include "runtime/clock.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -82,8 +83,11 @@ static void calibrate(void)
     uint64_t t0, n0, t1, n1;
     if (!clocksource_is_tsc() || !invariant_tsc() || !sample(&t0, &n0))
         return;
+    /* The whole gap, even when a signal cuts the sleep short: the error budget (clock.h) assumes
+     * samples CALIBRATE_NS apart. */
     struct timespec gap = { 0, CALIBRATE_NS };
-    nanosleep(&gap, NULL);
+    while (nanosleep(&gap, &gap) != 0 && errno == EINTR) {
+    }
     if (!sample(&t1, &n1) || t1 <= t0 || n1 <= n0)
         return;
     /* ns per cycle in 32.32, times 5/4 (clock.h: adjtimex's limits and the measurement's error). */

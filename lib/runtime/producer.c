@@ -54,8 +54,7 @@ static int submit(chime_timer *t, uint64_t deadline_ns, uint64_t period_ns, chim
     chime__state_taken(&rec->state, free_state, shard, period_ns != 0);
     if (id)
         *id = chime__records_id(free_state, idx); /* before the push: the callback may read it */
-    chime__mpsc_push(&t->queue, idx);
-    chime__timer_wake_before(t, got > 0 ? 0 : deadline_ns); /* got > 0: the shard ran dry; get records back */
+    chime__timer_push(t, idx, got > 0 ? 0 : deadline_ns); /* got > 0: the shard ran dry; get records back */
     return 0;
 }
 
@@ -138,7 +137,8 @@ int chime_timer_reschedule(chime_timer *t, chime_id id, uint64_t delay_ns)
     atomic_store_explicit(&rec->deadline_ns, deadline, memory_order_relaxed); /* published below */
     chime__state_reschedule_end(&rec->state);
     if (got == CHIME__RESCHED_PUSH)
-        chime__mpsc_push(&t->queue, (uint32_t)id);
-    chime__timer_wake_before(t, deadline);
+        chime__timer_push(t, (uint32_t)id, deadline);
+    else
+        chime__timer_wake_before(t, deadline); /* queued already, or about to be by whoever set Q */
     return 0;
 }

@@ -99,7 +99,7 @@ static void refill(struct chime__records *r, unsigned s)
     }
 }
 
-void chime__records_balance(struct chime__records *r)
+bool chime__records_balance(struct chime__records *r)
 {
     /* Demand: records taken in since the last call, or half the last figure, whichever is more, so
      * that it falls to 0 a few iterations after producers stop. */
@@ -107,7 +107,8 @@ void chime__records_balance(struct chime__records *r)
     r->known_seen = r->known;
     r->demand = recent > r->demand / 2 ? recent : r->demand / 2;
     uint32_t mark = wanted(r->live + 4 * r->demand);
-    if (mark < r->watermark)
+    bool fell = mark < r->watermark;
+    if (fell)
         r->sweep_wanted = true; /* records of the chunks above may be on the stacks */
     r->watermark = mark;
     /* relaxed: a request that carries no data (the refill publishes through its own pushes); a bit
@@ -116,6 +117,7 @@ void chime__records_balance(struct chime__records *r)
     for (unsigned s = 0; dry; s++, dry >>= 1)
         if (dry & 1)
             refill(r, s);
+    return fell;
 }
 
 /* ---- idle work: the sweep and releasing chunks ---- */
@@ -123,7 +125,8 @@ void chime__records_balance(struct chime__records *r)
 /*
  * Put back the chain starting at first, whose last record's link is NIL, onto shard s's stack, which
  * a sweep step emptied. O(1) unless a producer grew the pool onto that stack meanwhile: then what it
- * pushed (a chunk's chain, or a few) is taken off and walked to its end, to go on top.
+ * pushed (a chunk's chain, or a few) is taken off and walked to its end, to go on top. Producers may
+ * take all of that between our look at the stack and our taking it: then there is nothing to walk.
  */
 static void reattach(struct chime__records *r, struct chime__shard *s, uint32_t first)
 {
@@ -137,6 +140,10 @@ static void reattach(struct chime__records *r, struct chime__shard *s, uint32_t 
             continue;
         }
         uint32_t x = take_all(s), tail = x;
+        if (x == CHIME__REC_NIL) {
+            h = atomic_load_explicit(&s->head, memory_order_relaxed); /* the CAS above checks it */
+            continue;
+        }
         while (next_free(r, tail) != CHIME__REC_NIL)
             tail = next_free(r, tail);
         /* relaxed: the chain is ours until the CAS above publishes it. */

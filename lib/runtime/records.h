@@ -154,6 +154,15 @@ static inline struct chime__rec_call *chime__records_call(const struct chime__re
     return &r->cold[idx];
 }
 
+/* Point the levels at the records' hot and cold halves. Once: the arrays never move. */
+static inline void chime__records_attach(const struct chime__records *r, struct chime__levels *L)
+{
+    L->nodes = (char *)r->hot;
+    L->stride = sizeof(struct chime__rec);
+    L->cold = (char *)r->cold;
+    L->cold_stride = sizeof(struct chime__rec_call);
+}
+
 /* Record idx's period in ns (periodic timers only): written by the producer that took it, before
  * its push; read by the advancing thread. */
 static inline uint64_t *chime__records_period(const struct chime__records *r, uint32_t idx)
@@ -207,8 +216,10 @@ void chime__records_give(struct chime__records *r, uint32_t idx);
 /*
  * Once per iteration of the advancing thread: update the demand and the watermark, and refill the
  * shards producers found dry. O(chunks) at most (a refill's scan for private lists).
+ * Return: true if the watermark fell: idle steps may now give back chunks that were below it, even
+ * if no record is given back again.
  */
-void chime__records_balance(struct chime__records *r);
+bool chime__records_balance(struct chime__records *r);
 
 /* Push what the give-back batches hold onto the stacks. */
 void chime__records_flush(struct chime__records *r);

@@ -50,16 +50,14 @@ int chime__timer_new_clocked(chime_timer **out, const struct chime_timer_config 
     int err = chime__records_init(&t->recs);
     if (err)
         goto fail_records;
-    chime__mpsc_init(&t->queue, t->recs.hot, sizeof(struct chime__rec), CHIME__REC_LINK_AT);
+    chime__mpsc_init(&t->queue, chime__records_at(&t->recs, 0), sizeof(struct chime__rec),
+                     CHIME__REC_LINK_AT);
     wc.start = chime__div(chime__timer_now(t), t->tick_ns, t->tick_inv);
     if (chime__levels_init(&t->L, &wc, chime__timer_fire, t) != 0) {
         err = -ENOMEM;
         goto fail_levels;
     }
-    t->L.nodes = (char *)t->recs.hot; /* they never move */
-    t->L.stride = sizeof(struct chime__rec);
-    t->L.cold = (char *)t->recs.cold;
-    t->L.cold_stride = sizeof(struct chime__rec_call);
+    chime__records_attach(&t->recs, &t->L);
     if (pthread_mutex_init(&t->stop_lock, NULL)) {
         err = -ENOMEM;
         goto fail_lock;

@@ -171,10 +171,13 @@ static inline int chime__state_reschedule_begin(_Atomic uint64_t *st, uint32_t g
 }
 
 /* reschedule_end: drop W. release: pairs with the acquire in chime__state_apply (which waits for W to
- * clear before it reads deadline_ns) and in the next chime__state_reschedule_begin. */
+ * clear before it reads deadline_ns) and in the next chime__state_reschedule_begin. seq_cst, not just
+ * release (the same locked instruction on x86): when Q was set by a producer that has not pushed yet,
+ * only that push carries this deadline to the advancing thread, and the seq_cst load after it in
+ * chime__timer_push must read this store (timer.h). */
 static inline void chime__state_reschedule_end(_Atomic uint64_t *st)
 {
-    atomic_fetch_and_explicit(st, ~CHIME__ST_W, memory_order_release);
+    atomic_fetch_and_explicit(st, ~CHIME__ST_W, memory_order_seq_cst);
 }
 
 /*

@@ -187,8 +187,10 @@ void *chime__timer_main(void *arg)
         chime__timer_hand_out(t);
         if (t->L.live > t->trim_peak)
             t->trim_peak = t->L.live;
-        if (!t->closed)
-            chime__records_balance(&t->recs); /* demand, watermark, dry shards: once per iteration */
+        /* Demand, watermark, dry shards: once per iteration. A watermark that fell makes idle work
+         * even when nothing ended (the last timers of a burst ended while the demand was high). */
+        if (!t->closed && chime__records_balance(&t->recs))
+            t->idle_work = true;
         if (more || !done)
             continue; /* a storm: take the producers' news before the next batch */
         chime__records_flush(&t->recs);

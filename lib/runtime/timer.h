@@ -100,6 +100,28 @@ static inline void chime__timer_wake_before(chime_timer *t, uint64_t when_ns)
     chime__sleeper_wake_before(&t->sleeper, when_ns);
 }
 
+/*
+ * Push record idx, which this thread has just taken (a schedule) or rescheduled and whose Q bit it
+ * set, and wake the advancing thread if it sleeps until after when_ns (0: if it sleeps at all) or
+ * after the record's deadline as it stands once pushed, whichever is earlier. The record's deadline
+ * too, not only the caller's: a reschedule that found Q set (ours) wrote a deadline of its own and
+ * woke the thread without pushing, maybe before this push, so that the thread found nothing queued
+ * and went back to sleep; that deadline reaches the thread only through this push.
+ */
+static inline void chime__timer_push(chime_timer *t, uint32_t idx, uint64_t when_ns)
+{
+    struct chime__rec *rec = chime__records_at(&t->recs, idx);
+    chime__mpsc_push(&t->queue, idx);
+    /* seq_cst: after the push in the single total order, so after the seq_cst reschedule_end of any
+     * reschedule whose wake-up the thread took before its last look at the queue (which the push
+     * follows: wake.h); as an acquire it reads that reschedule_end's release, so deadline_ns below is
+     * at least that reschedule's. A record given back meanwhile (cancelled and applied) gives some
+     * other deadline, or 0: a wake-up for nothing at worst. */
+    (void)atomic_load_explicit(&rec->state, memory_order_seq_cst);
+    uint64_t due = atomic_load_explicit(&rec->deadline_ns, memory_order_relaxed); /* see above */
+    chime__timer_wake_before(t, due < when_ns ? due : when_ns);
+}
+
 /* Push record idx, whose Q bit this thread has just set, for the advancing thread to take in. A
  * stopping runtime waits for records, so wake it then; a running one takes them in at its next
  * iteration (a cancel need not wake it: the record's memory can wait until then). */

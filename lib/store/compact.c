@@ -410,8 +410,21 @@ static void *flusher_main(void *arg)
     uint64_t valid[FLUSH_BATCH_COUNT];
     pthread_mutex_lock(&j->lock);
     while (!j->stopping && !j->error) {
+        /* relaxed: set before the asker takes j->lock to signal, read here under it */
+        if (atomic_exchange_explicit(&j->index_asked, 0, memory_order_relaxed)) {
+            pthread_mutex_unlock(&j->lock); /* stripe locks come before j->lock */
+            err = chime__index_flush(j->ix, 0);
+            if (err)
+                chime__journal_fail(j, err);
+            pthread_mutex_lock(&j->lock);
+            if (j->stopping || j->error)
+                break;
+            /* On to the segments, if any: puts that keep asking must not starve them. */
+        }
         if (j->sealed <= j->flushed) {
-            pthread_cond_wait(&j->work, &j->lock);
+            /* An ask made while j->lock was released above signalled no one: look before waiting. */
+            if (!atomic_load_explicit(&j->index_asked, memory_order_relaxed))
+                pthread_cond_wait(&j->work, &j->lock);
             continue;
         }
         /* Every sealed segment up to the budget goes into one run: a flush's fixed costs (a run
@@ -443,6 +456,16 @@ static void *flusher_main(void *arg)
     }
     pthread_mutex_unlock(&j->lock);
     return NULL;
+}
+
+void chime__journal_ask_index_flush(struct chime__backend *j)
+{
+    /* relaxed: the flusher reads it under j->lock, which this signal takes after the store */
+    if (atomic_exchange_explicit(&j->index_asked, 1, memory_order_relaxed))
+        return; /* asked already; the flusher has not begun on it */
+    pthread_mutex_lock(&j->lock);
+    pthread_cond_signal(&j->work);
+    pthread_mutex_unlock(&j->lock);
 }
 
 int chime__journal_start_flusher(struct chime__backend *j)

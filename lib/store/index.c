@@ -11,63 +11,69 @@
  * WHERE TABLES LIVE. A table of at most 512 KiB is anonymous memory: 32 stripes and two tables each
  * keep at most 32 MiB resident, and a store of up to about a quarter of a million keys never makes a
  * system call for its index. A larger table lives in an unnamed file (O_TMPFILE) in the journal's
- * directory, and each operation reads the 16 slots around the key (one pread of 512 bytes, more when
- * the probe run is longer) and writes back what it changed: the page cache holds the table, the
- * process holds none of it, and the kernel may write it out and evict it under pressure. (A shared
- * mapping of the file was tried first: every read fault maps the 16 pages around it, so a few
- * thousand random lookups made the whole table resident again between two madvise(DONTNEED)s.)
+ * directory: the page cache holds its slots, and the kernel may write them out and evict them under
+ * pressure. The process keeps a tag byte per slot, an exact picture of which slots are empty and a
+ * filter of the keys in the others, and a batch of writes not yet in the file, up to a 32nd of the
+ * slots (index_table.c states their invariants). A lookup reads only slots whose tag is its key's: a
+ * new key, the common put, is known absent, and where it goes, with no read; a key that is present
+ * costs a 32-byte pread. Writes join the batch, which goes to the file sorted by slot, dense chunks
+ * read, patched and written whole, when it is full, or earlier when the journal's flusher thread
+ * writes out every batch that is half full (chime__index_flush), so that a put rarely writes a batch
+ * itself. reserve() makes room in the batch before a put appends its record, so the put's own index
+ * write never does I/O.
+ * (A shared mapping of the file was tried first: every read fault maps the 16 pages around it, so a
+ * few thousand random lookups made the whole table resident again between two madvise(DONTNEED)s.)
+ *
+ * Memory per key: nothing in memory for the slots of a file table, 1 byte of tags per slot (1.3 to
+ * 2.7 bytes per key at 3/8 to 3/4 full) and, once its batch has filled, 1.5 bytes per slot for it:
+ * 40 MiB for 10^7 keys under puts, 16 MiB when only opened.
  * While a rebuild runs, and while a large table grows, the table being built is anonymous memory,
  * written into its file in one sequential write when it is complete: the process holds it whole
- * for that long.
+ * for that long (32 bytes per slot: 512 MiB for 10^7 keys, the peak of an open).
+ *
+ * The index stays derived: nothing here is synced, the tags and batches die with the process, and
+ * open() rebuilds the whole index (tags included) from the journal.
  */
-#define _GNU_SOURCE /* MAP_ANONYMOUS */
 #include "store/index.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 
-#include "store/io.h"
+#include "store/index_table.h"
 #include "store/lock.h"
 
 #define STRIPES 32
 #define MIN_SLOTS 128u                     /* 4 KiB */
 #define MEM_MAX ((uint64_t)512 << 10)      /* bytes of a table kept in memory */
-#define WINDOW 16u                         /* slots read at once from a file table */
+#define BATCH 0u                           /* pending writes of a file table: 0 sizes them (index_table.c) */
 #define ENDED (UINT64_C(1) << 63)          /* rebuild only: this greatest version has ended */
 
-struct slot {
-    uint64_t lo, hi, version, due;
-};
-_Static_assert(sizeof(struct slot) == 32, "a slot is 32 bytes");
-
-struct table {
-    struct slot *slots; /* in memory: anonymous, zeroed; NULL if in a file or not yet made */
-    int fd;             /* in a file: the unnamed file; -1 otherwise */
-    uint64_t cap;       /* slots, a power of two (0: not made yet) */
-    uint64_t used;      /* occupied slots, ended ones included */
-    uint64_t ended;     /* ended entries (rebuild only) */
-};
+typedef struct chime__islot_data slot_t;
+typedef struct chime__itable table_t;
 
 struct stripe {
     pthread_mutex_t lock;
-    struct table t[2];
+    table_t t[2];
     char pad[64];
 };
+
+/* What chime__index_open starts with (tests lower them for whole stores: chime__index_set_defaults). */
+static uint64_t default_mem_max = MEM_MAX;
+static uint32_t default_batch = BATCH;
 
 struct chime__index {
     uint64_t k0, k1; /* the SipHash key */
     int dir;
     int building;    /* from open to chime__index_rebuild_done: every table stays in memory */
     uint64_t mem_max; /* bytes of a table kept in memory (MEM_MAX; tests lower it) */
+    uint32_t batch;   /* pending writes of a file table (0: sized by the table; tests set it) */
     _Atomic uint64_t bytes;    /* of every table */
     _Atomic uint64_t live[2];  /* entries not ended, per table */
+    _Atomic int flush_hint;    /* a file table holds half a batch of pending writes */
     struct stripe stripes[STRIPES];
 };
 
@@ -87,23 +93,14 @@ int chime__index_open(struct chime__index **out, int dir)
     ix->k1 = key[1];
     ix->dir = dir;
     ix->building = 1; /* until rebuild_done: open rebuilds before anything else */
-    ix->mem_max = MEM_MAX;
+    ix->mem_max = default_mem_max;
+    ix->batch = default_batch;
     for (int i = 0; i < STRIPES; i++) {
         chime__short_lock_init(&ix->stripes[i].lock);
-        ix->stripes[i].t[0].fd = ix->stripes[i].t[1].fd = -1;
+        ix->stripes[i].t[0] = ix->stripes[i].t[1] = (table_t)CHIME__ITABLE_NONE;
     }
     *out = ix;
     return 0;
-}
-
-static void table_free(struct table *t)
-{
-    if (t->slots)
-        munmap(t->slots, t->cap * sizeof(struct slot));
-    if (t->fd >= 0)
-        chime__io_close(t->fd);
-    t->slots = NULL;
-    t->fd = -1;
 }
 
 void chime__index_free(struct chime__index *ix)
@@ -112,7 +109,7 @@ void chime__index_free(struct chime__index *ix)
         return;
     for (int i = 0; i < STRIPES; i++) {
         for (int t = 0; t < 2; t++)
-            table_free(&ix->stripes[i].t[t]);
+            chime__itable_free(&ix->stripes[i].t[t]);
         pthread_mutex_destroy(&ix->stripes[i].lock);
     }
     free(ix);
@@ -136,159 +133,54 @@ void chime__index_unlock(struct chime__index *ix, const struct chime__ikey *k)
     pthread_mutex_unlock(&ix->stripes[k->stripe].lock);
 }
 
-/* ---- slots, wherever the table lives ---- */
-
-/* Read n slots from position `first` on (wrapping round the table) into buf. */
-static int read_slots(const struct table *t, uint64_t first, uint64_t n, struct slot *buf)
-{
-    while (n) {
-        uint64_t part = t->cap - first < n ? t->cap - first : n;
-        if (t->slots) {
-            memcpy(buf, t->slots + first, part * sizeof *buf);
-        } else {
-            ssize_t got = chime__io_pread(t->fd, buf, part * sizeof *buf, first * sizeof *buf);
-            if (got != (ssize_t)(part * sizeof *buf))
-                return got < 0 ? (int)got : -EIO;
-        }
-        buf += part;
-        n -= part;
-        first = 0;
-    }
-    return 0;
-}
-
-/* Write n slots from buf at position `first` on (wrapping). */
-static int write_slots(struct table *t, uint64_t first, uint64_t n, const struct slot *buf)
-{
-    while (n) {
-        uint64_t part = t->cap - first < n ? t->cap - first : n;
-        if (t->slots) {
-            memcpy(t->slots + first, buf, part * sizeof *buf);
-        } else {
-            int err = chime__io_pwrite(t->fd, buf, part * sizeof *buf, first * sizeof *buf);
-            if (err)
-                return err;
-        }
-        buf += part;
-        n -= part;
-        first = 0;
-    }
-    return 0;
-}
-
-/* Where h is, or the empty slot where it would go: *pos and a copy of the slot in *s. */
-static int find(const struct table *t, const struct chime__hash *h, uint64_t *pos, struct slot *s)
-{
-    uint64_t mask = t->cap - 1, home = h->lo & mask;
-    if (t->slots) { /* in memory: no copies */
-        for (uint64_t i = home;; i = (i + 1) & mask) {
-            const struct slot *x = &t->slots[i];
-            if (x->version == 0 || (x->lo == h->lo && x->hi == h->hi)) {
-                *pos = i;
-                *s = *x;
-                return 0;
-            }
-        }
-    }
-    struct slot w[WINDOW];
-    for (uint64_t start = home;; start = (start + WINDOW) & mask) {
-        uint64_t n = t->cap < WINDOW ? t->cap : WINDOW;
-        int err = read_slots(t, start, n, w);
-        if (err)
-            return err;
-        for (uint64_t i = 0; i < n; i++)
-            if (w[i].version == 0 || (w[i].lo == h->lo && w[i].hi == h->hi)) {
-                *pos = (start + i) & mask;
-                *s = w[i];
-                return 0;
-            }
-    }
-}
-
-/* ---- making, growing and moving tables ---- */
-
-static int anon_slots(uint64_t cap, struct slot **out)
-{
-    /* Populated: a table is written all over, and a first read of an untouched page would map the
-     * zero page only for the first write to copy it. */
-    void *p = mmap(NULL, cap * sizeof(struct slot), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (p == MAP_FAILED)
-        return -ENOMEM;
-    *out = p;
-    return 0;
-}
-
-/* A table in memory that outgrew MEM_MAX goes into a file: one sequential write. */
-static int to_file(const struct chime__index *ix, struct table *t)
-{
-    int fd = chime__io_tmpfile(ix->dir);
-    if (fd < 0)
-        return fd;
-    /* Written a page at a time, and read without readahead: the page cache then holds the table in
-     * 4 KiB folios. ext4 walks every block of a folio on each buffered write into it, so 32-byte
-     * updates of a table written in one 512 MiB stroke (2 MiB folios) cost 10 us each. */
-    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-    int err = 0;
-    for (uint64_t off = 0, bytes = t->cap * sizeof(struct slot); !err && off < bytes; off += 4096)
-        err = chime__io_pwrite(fd, (char *)t->slots + off, bytes - off < 4096 ? bytes - off : 4096,
-                               off);
-    if (err) {
-        chime__io_close(fd);
-        return err;
-    }
-    munmap(t->slots, t->cap * sizeof(struct slot));
-    t->slots = NULL;
-    t->fd = fd;
-    return 0;
-}
-
 /* Whether a table of cap slots lives in a file (once the rebuild is over). */
 static int belongs_in_file(const struct chime__index *ix, uint64_t cap)
 {
-    return !ix->building && cap * sizeof(struct slot) > ix->mem_max;
+    return !ix->building && cap * sizeof(slot_t) > ix->mem_max;
 }
 
 /* Rehash t into cap slots (built in memory), dropping ended entries unless keep_ended (during a
  * rebuild, an ended entry is information: that version must not come back). */
-static int resize(struct chime__index *ix, struct table *t, uint64_t cap, int keep_ended)
+static int resize(struct chime__index *ix, table_t *t, uint64_t cap, int keep_ended)
 {
-    struct table n = { NULL, -1, cap, 0, 0 };
-    int err = anon_slots(cap, &n.slots);
-    struct slot chunk[1024];
+    table_t n = CHIME__ITABLE_NONE;
+    int err = chime__itable_make(&n, cap);
+    slot_t chunk[1024];
     for (uint64_t i = 0; !err && i < t->cap; i += 1024) {
         uint64_t m = t->cap - i < 1024 ? t->cap - i : 1024;
-        err = read_slots(t, i, m, chunk);
+        err = chime__itable_read(t, i, m, chunk);
         for (uint64_t k = 0; !err && k < m; k++) {
-            const struct slot *s = &chunk[k];
+            const slot_t *s = &chunk[k];
             if (s->version == 0 || ((s->version & ENDED) && !keep_ended))
                 continue;
             uint64_t pos;
-            struct slot unused;
-            find(&n, &(struct chime__hash){ s->lo, s->hi }, &pos, &unused); /* in memory: no error */
+            slot_t unused;
+            /* in memory: no error */
+            chime__itable_find(&n, &(struct chime__hash){ s->lo, s->hi }, &pos, &unused);
             n.slots[pos] = *s;
             n.used++;
             n.ended += (s->version & ENDED) != 0;
         }
     }
     if (!err && belongs_in_file(ix, cap))
-        err = to_file(ix, &n);
+        err = chime__itable_to_file(&n, ix->dir, ix->batch);
     if (err) {
-        table_free(&n);
+        chime__itable_free(&n);
         return err;
     }
-    atomic_fetch_sub_explicit(&ix->bytes, t->cap * sizeof(struct slot), memory_order_relaxed);
-    atomic_fetch_add_explicit(&ix->bytes, cap * sizeof(struct slot), memory_order_relaxed);
-    table_free(t);
+    atomic_fetch_sub_explicit(&ix->bytes, t->cap * sizeof(slot_t), memory_order_relaxed);
+    atomic_fetch_add_explicit(&ix->bytes, cap * sizeof(slot_t), memory_order_relaxed);
+    chime__itable_free(t); /* the old file's pending writes go with it: n holds them */
     *t = n;
     return 0;
 }
 
-/* Room for one more entry: at most 3/4 of the slots occupied. */
-static int reserve(struct chime__index *ix, struct table *t)
+/* Room for one more entry: at most 3/4 of the slots occupied, and (in a file) room for one more
+ * pending write, so that the write after a put's append does no I/O. */
+static int reserve(struct chime__index *ix, table_t *t)
 {
     if (t->cap && (t->used + 1) * 4 <= t->cap * 3)
-        return 0;
+        return chime__itable_room(t, 1);
     uint64_t cap = t->cap ? t->cap : MIN_SLOTS;
     while ((t->used + 1) * 2 > cap) /* grow so that it is at most half full */
         cap *= 2;
@@ -303,15 +195,23 @@ int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
 
 /* ---- operations ---- */
 
+/* Ask for a flush (chime__index_flush_wanted) once tb's batch is half full. */
+static void hint(struct chime__index *ix, const table_t *tb)
+{
+    if (tb->pend.max && tb->pend.n * 2 >= tb->pend.max)
+        /* relaxed: a hint; the flusher reads the batches under their stripes' locks */
+        atomic_store_explicit(&ix->flush_hint, 1, memory_order_relaxed);
+}
+
 int chime__index_get(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
                      uint64_t *version, uint64_t *due)
 {
-    const struct table *tb = &ix->stripes[k->stripe].t[t];
+    const table_t *tb = &ix->stripes[k->stripe].t[t];
     if (!tb->cap)
         return 0;
     uint64_t pos;
-    struct slot s;
-    int err = find(tb, &k->h, &pos, &s);
+    slot_t s;
+    int err = chime__itable_find(tb, &k->h, &pos, &s);
     if (err)
         return err;
     if (s.version == 0 || (s.version & ENDED))
@@ -324,12 +224,12 @@ int chime__index_get(struct chime__index *ix, enum chime__index_table t, const s
 int chime__index_find(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
                       struct chime__islot *at)
 {
-    const struct table *tb = &ix->stripes[k->stripe].t[t];
+    const table_t *tb = &ix->stripes[k->stripe].t[t];
     *at = (struct chime__islot){ 0, 0, 0, 0, 0 };
     if (!tb->cap)
         return 0; /* no table yet: not found (a write needs a reserve first) */
-    struct slot s;
-    int err = find(tb, &k->h, &at->pos, &s);
+    slot_t s;
+    int err = chime__itable_find(tb, &k->h, &at->pos, &s);
     if (err)
         return err;
     at->ended = (s.version & ENDED) != 0;
@@ -343,11 +243,12 @@ int chime__index_write(struct chime__index *ix, enum chime__index_table t,
                        const struct chime__ikey *k, const struct chime__islot *at, uint64_t version,
                        uint64_t due)
 {
-    struct table *tb = &ix->stripes[k->stripe].t[t];
-    struct slot n = { k->h.lo, k->h.hi, version, due };
-    int err = write_slots(tb, at->pos, 1, &n);
+    table_t *tb = &ix->stripes[k->stripe].t[t];
+    slot_t n = { k->h.lo, k->h.hi, version, due };
+    int err = chime__itable_write(tb, at->pos, 1, &n);
     if (err)
         return err;
+    hint(ix, tb);
     if (!at->found && !at->ended)
         tb->used++;
     tb->ended -= at->ended;
@@ -359,18 +260,19 @@ int chime__index_write(struct chime__index *ix, enum chime__index_table t,
 int chime__index_set(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
                      uint64_t version, uint64_t due)
 {
-    struct table *tb = &ix->stripes[k->stripe].t[t];
+    table_t *tb = &ix->stripes[k->stripe].t[t];
     int err = reserve(ix, tb);
     uint64_t pos;
-    struct slot s;
+    slot_t s;
     if (!err)
-        err = find(tb, &k->h, &pos, &s);
+        err = chime__itable_find(tb, &k->h, &pos, &s);
     if (err)
         return err;
-    struct slot n = { k->h.lo, k->h.hi, version, due };
-    err = write_slots(tb, pos, 1, &n);
+    slot_t n = { k->h.lo, k->h.hi, version, due };
+    err = chime__itable_write(tb, pos, 1, &n);
     if (err)
         return err;
+    hint(ix, tb);
     if (s.version == 0) {
         tb->used++;
         atomic_fetch_add_explicit(&ix->live[t], 1, memory_order_relaxed);
@@ -381,43 +283,21 @@ int chime__index_set(struct chime__index *ix, enum chime__index_table t, const s
     return 0;
 }
 
-/* Delete the entry s found at `hole` (see chime__index_del). */
-static int del_at(struct chime__index *ix, enum chime__index_table t, struct table *tb,
-                  uint64_t hole, struct slot s)
+/* Delete the entry s found at `hole` (see chime__index_del): backward-shift deletion over the probe
+ * run after it (up to its first empty slot): later members of the run move into the hole, so that
+ * every entry stays reachable from its home slot without passing an empty one. */
+static int del_at(struct chime__index *ix, enum chime__index_table t, table_t *tb, uint64_t hole,
+                  slot_t s)
 {
-    int err = 0;
-    /* The probe run after the slot, up to its first empty slot, read into run[] (grown as
-     * needed); then backward-shift deletion on it: move later members of the run into the hole,
-     * so that every entry stays reachable from its home slot without passing an empty one. */
-    uint64_t mask = tb->cap - 1, len = 0, cap = WINDOW * 2;
-    struct slot stack[WINDOW * 2], *run = stack;
-    for (;;) {
-        if (len + WINDOW > cap) {
-            struct slot *grown = malloc((cap *= 2) * sizeof *grown);
-            if (!grown) {
-                err = -ENOMEM;
-                break;
-            }
-            memcpy(grown, run, len * sizeof *run);
-            if (run != stack)
-                free(run);
-            run = grown;
-        }
-        uint64_t n = len + WINDOW > tb->cap ? tb->cap - len : WINDOW;
-        err = read_slots(tb, (hole + len) & mask, n, run + len);
-        if (err)
-            break;
-        uint64_t before = len;
-        len += n;
-        int ends = 0;
-        for (uint64_t i = before ? before : 1; i < len && !ends; i++)
-            ends = run[i].version == 0;
-        if (ends || len >= tb->cap)
-            break;
-    }
+    uint64_t mask = tb->cap - 1, len = 1 + chime__itable_run_after(tb, hole);
+    slot_t stack[32], *run = len <= 32 ? stack : malloc(len * sizeof *run);
+    if (!run)
+        return -ENOMEM;
+    run[0] = s;
+    int err = len > 1 ? chime__itable_read(tb, (hole + 1) & mask, len - 1, run + 1) : 0;
     if (!err) {
         uint64_t h = 0; /* the hole, relative to the slot deleted */
-        for (uint64_t i = 1; i < len && run[i].version; i++) {
+        for (uint64_t i = 1; i < len; i++) {
             uint64_t home = ((run[i].lo & mask) - hole) & mask; /* relative home */
             /* run[i] may fill the hole if its home is not in (h, i]. */
             if (!(home > h && home <= i)) {
@@ -425,10 +305,11 @@ static int del_at(struct chime__index *ix, enum chime__index_table t, struct tab
                 h = i;
             }
         }
-        run[h] = (struct slot){ 0, 0, 0, 0 };
+        run[h] = (slot_t){ 0, 0, 0, 0 };
         /* Everything from the deleted slot to the last hole may have changed. */
-        err = write_slots(tb, hole, h + 1, run);
+        err = chime__itable_write(tb, hole, h + 1, run);
     }
+    hint(ix, tb);
     if (run != stack)
         free(run);
     if (err)
@@ -444,12 +325,12 @@ static int del_at(struct chime__index *ix, enum chime__index_table t, struct tab
 int chime__index_del(struct chime__index *ix, enum chime__index_table t,
                      const struct chime__ikey *k)
 {
-    struct table *tb = &ix->stripes[k->stripe].t[t];
+    table_t *tb = &ix->stripes[k->stripe].t[t];
     if (!tb->cap)
         return 0;
     uint64_t hole;
-    struct slot s;
-    int err = find(tb, &k->h, &hole, &s);
+    slot_t s;
+    int err = chime__itable_find(tb, &k->h, &hole, &s);
     if (err || s.version == 0)
         return err;
     return del_at(ix, t, tb, hole, s);
@@ -458,10 +339,10 @@ int chime__index_del(struct chime__index *ix, enum chime__index_table t,
 int chime__index_del_at(struct chime__index *ix, enum chime__index_table t,
                         const struct chime__ikey *k, const struct chime__islot *at)
 {
-    struct table *tb = &ix->stripes[k->stripe].t[t];
+    table_t *tb = &ix->stripes[k->stripe].t[t];
     if (!at->found)
         return 0;
-    return del_at(ix, t, tb, at->pos, (struct slot){ k->h.lo, k->h.hi, at->version, at->due });
+    return del_at(ix, t, tb, at->pos, (slot_t){ k->h.lo, k->h.hi, at->version, at->due });
 }
 
 /* ---- rebuilding ---- */
@@ -472,7 +353,7 @@ int chime__index_presize(struct chime__index *ix, uint64_t n)
     while (per * 4 > cap * 3) /* at most three quarters full: the most reserve() lets it be */
         cap *= 2;
     for (int i = 0; i < STRIPES; i++) {
-        struct table *tb = &ix->stripes[i].t[CHIME__IX_PENDING];
+        table_t *tb = &ix->stripes[i].t[CHIME__IX_PENDING];
         if (tb->cap < cap) {
             int err = resize(ix, tb, cap, 1);
             if (err)
@@ -486,14 +367,14 @@ int chime__index_presize(struct chime__index *ix, uint64_t n)
  * memory (building). */
 static int rebuild_one(struct chime__index *ix, const struct chime__rebuild_op *op)
 {
-    struct table *tb = &ix->stripes[op->k.stripe].t[op->table];
+    table_t *tb = &ix->stripes[op->k.stripe].t[op->table];
     int err = reserve(ix, tb);
     if (err)
         return err;
     uint64_t pos;
-    struct slot cur;
-    find(tb, &op->k.h, &pos, &cur);
-    struct slot *s = &tb->slots[pos];
+    slot_t cur;
+    chime__itable_find(tb, &op->k.h, &pos, &cur); /* in memory: no error */
+    slot_t *s = &tb->slots[pos];
     uint64_t known = s->version & ~ENDED;
     if (s->version && (op->kill ? known > op->version : known >= op->version))
         return 0; /* a greater version is known (or, for a put, this one): nothing changes */
@@ -502,12 +383,12 @@ static int rebuild_one(struct chime__index *ix, const struct chime__rebuild_op *
         tb->used++;
     if (op->kill) {
         /* The put may come later in the reading order: remember that this version has ended. */
-        *s = (struct slot){ op->k.h.lo, op->k.h.hi, op->version | ENDED, 0 };
+        *s = (slot_t){ op->k.h.lo, op->k.h.hi, op->version | ENDED, 0 };
         tb->ended += !was_ended;
         if (was_live)
             atomic_fetch_sub_explicit(&ix->live[op->table], 1, memory_order_relaxed);
     } else {
-        *s = (struct slot){ op->k.h.lo, op->k.h.hi, op->version, op->due };
+        *s = (slot_t){ op->k.h.lo, op->k.h.hi, op->version, op->due };
         tb->ended -= was_ended;
         if (!was_live)
             atomic_fetch_add_explicit(&ix->live[op->table], 1, memory_order_relaxed);
@@ -518,7 +399,7 @@ static int rebuild_one(struct chime__index *ix, const struct chime__rebuild_op *
 int chime__index_rebuild(struct chime__index *ix, const struct chime__rebuild_op *ops, size_t n)
 {
     for (size_t i = 0; i < n; i++) { /* a hint only: a table that grows meanwhile moves its slots */
-        const struct table *tb = &ix->stripes[ops[i].k.stripe].t[ops[i].table];
+        const table_t *tb = &ix->stripes[ops[i].k.stripe].t[ops[i].table];
         if (tb->slots)
             __builtin_prefetch(&tb->slots[ops[i].k.h.lo & (tb->cap - 1)], 1);
     }
@@ -535,7 +416,7 @@ int chime__index_rebuild_done(struct chime__index *ix)
     ix->building = 0;
     for (int i = 0; i < STRIPES; i++)
         for (int t = 0; t < 2; t++) {
-            struct table *tb = &ix->stripes[i].t[t];
+            table_t *tb = &ix->stripes[i].t[t];
             int err = 0;
             if (tb->ended > tb->used / 4) { /* drop what ended, size the table for what is left */
                 uint64_t cap = MIN_SLOTS;
@@ -543,7 +424,7 @@ int chime__index_rebuild_done(struct chime__index *ix)
                     cap *= 2;
                 err = resize(ix, tb, cap, 0);
             } else if (tb->slots && belongs_in_file(ix, tb->cap)) {
-                err = to_file(ix, tb);
+                err = chime__itable_to_file(tb, ix->dir, ix->batch);
             }
             if (err)
                 return err;
@@ -559,6 +440,44 @@ uint64_t chime__index_count(const struct chime__index *ix, enum chime__index_tab
 void chime__index_set_memory_max(struct chime__index *ix, uint64_t bytes)
 {
     ix->mem_max = bytes;
+}
+
+void chime__index_set_defaults(uint64_t mem_max, uint32_t batch)
+{
+    default_mem_max = mem_max ? mem_max : MEM_MAX;
+    default_batch = batch;
+}
+
+void chime__index_set_write_batch(struct chime__index *ix, uint32_t n)
+{
+    ix->batch = n;
+}
+
+int chime__index_maybe(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k)
+{
+    return chime__itable_maybe(&ix->stripes[k->stripe].t[t], &k->h);
+}
+
+int chime__index_flush(struct chime__index *ix, int all)
+{
+    /* relaxed: a hint (see hint()); one set after this store is seen by the next call */
+    atomic_store_explicit(&ix->flush_hint, 0, memory_order_relaxed);
+    int err = 0;
+    for (int i = 0; i < STRIPES && !err; i++) {
+        pthread_mutex_lock(&ix->stripes[i].lock);
+        for (int t = 0; t < 2 && !err; t++) {
+            table_t *tb = &ix->stripes[i].t[t];
+            if (tb->pend.n && (all || tb->pend.n * 2 >= tb->pend.max))
+                err = chime__itable_flush(tb);
+        }
+        pthread_mutex_unlock(&ix->stripes[i].lock);
+    }
+    return err;
+}
+
+int chime__index_flush_wanted(const struct chime__index *ix)
+{
+    return atomic_load_explicit(&ix->flush_hint, memory_order_relaxed); /* a hint (see hint()) */
 }
 
 void chime__index_set_hash_key(struct chime__index *ix, uint64_t k0, uint64_t k1)

@@ -6,10 +6,12 @@
  *
  * The index is derived: open() rebuilds it from the journal, so it is never synced and a crash
  * cannot damage it. Small tables are memory (at most 32 MiB in all); large ones live in unnamed files
- * (O_TMPFILE) in the journal's directory, read and written a few slots at a time: the kernel's page
- * cache holds them, and may write them out and evict them under pressure. That is how 10^7 far
- * timers cost the process little resident memory: a key lookup then costs a pread where it would
- * have cost a cache miss (index.c says why not a mapping).
+ * (O_TMPFILE) in the journal's directory, whose slots the kernel's page cache holds and may write out
+ * and evict under pressure, while the process keeps a byte per slot (a tag that says which slots are
+ * empty and which might hold a key) and a batch of writes not yet in the file (index_table.c). That
+ * is how 10^7 far timers cost the process little resident memory, and how a put of a new key, the
+ * common case, makes no system call for the index: the tags say it is absent and where it goes, and
+ * its slot is written later, in a batch. A lookup of a key that is present costs a 32-byte pread.
  *
  * A key is named by its SipHash-2-4-128 under a key drawn at random at open (hash.c). Tables are
  * open-addressed with linear probing, 32 bytes a slot, at most 3/4 full, in 32 stripes by hash, each
@@ -103,9 +105,27 @@ uint64_t chime__index_count(const struct chime__index *ix, enum chime__index_tab
 
 /* Tests: tables larger than `bytes` go into files (512 KiB otherwise), before any is made. */
 void chime__index_set_memory_max(struct chime__index *ix, uint64_t bytes);
+/* Tests: pending writes a file table holds before it writes them out (0, the default: sized by the
+ * table, index_table.c), before any table is in a file. */
+void chime__index_set_write_batch(struct chime__index *ix, uint32_t n);
+/* Tests: the memory limit and batch every index opened from now on starts with (0: the defaults),
+ * so that a whole store's index lives in files; set while no store is open. */
+void chime__index_set_defaults(uint64_t mem_max, uint32_t batch);
+/* Tests: 1 if k's tags in table t say "maybe" (a slot of its probe run has its tag: a lookup reads
+ * from the file), 0 if they settle the lookup without a read. With k's stripe locked. */
+int chime__index_maybe(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k);
 /* Tests: the hash key (drawn at random by open) set from a test's seed, before any key is named,
  * so that a failing run's table layout repeats with its seed. */
 void chime__index_set_hash_key(struct chime__index *ix, uint64_t k0, uint64_t k1);
+
+/* Write out the pending writes of every file table whose batch is at least half full (all: of every
+ * file table), one stripe at a time under its lock (the flusher thread calls this, so that puts
+ * rarely find a full batch). Return: 0 or the first I/O error (the journal then fails: the index
+ * could not keep its writes). */
+int chime__index_flush(struct chime__index *ix, int all);
+/* Whether some file table holds at least half a batch of pending writes. Any thread, no lock: a
+ * hint for waking the flusher. */
+int chime__index_flush_wanted(const struct chime__index *ix);
 
 /* Bytes of the tables, in memory and in files. */
 uint64_t chime__index_bytes(const struct chime__index *ix);

@@ -36,6 +36,14 @@ static int index_failed(struct chime__backend *j, int err)
     return err;
 }
 
+/* After a change: the index's write batches are filling up, so ask the flusher to write them out
+ * (a put then rarely finds its batch full and writes it itself). */
+static void after_change(struct chime__backend *j)
+{
+    if (chime__index_flush_wanted(j->ix))
+        chime__journal_ask_index_flush(j);
+}
+
 /* Look k up in table t. Return: 1 found, 0 not, or an error (the journal has failed). */
 static int lookup(struct chime__backend *j, enum chime__index_table t, const struct chime__ikey *k,
                   uint64_t *version, uint64_t *due)
@@ -75,6 +83,7 @@ static int j_put(struct chime__backend *j, const struct chime__put *p, struct ch
     chime__index_unlock(j->ix, &k);
     if (err)
         return err;
+    after_change(j);
     *res = (struct chime__put_result){ .ref = { r.version, 0 },
                                        .replaced = { at.found ? old : 0, 0 }, .owned = 1 };
     *ticket = lsn;
@@ -90,11 +99,13 @@ static int j_cancel(struct chime__backend *j, const void *key, size_t key_len, u
     struct chime__ikey k;
     chime__index_key(j->ix, key, key_len, &k);
     chime__index_lock(j->ix, &k);
-    uint64_t v = 0, due = 0, lsn = 0;
+    struct chime__islot at = { 0, 0, 0, 0, 0 };
+    uint64_t lsn = 0;
     err = chime__journal_error(j);
-    if (!err)
-        err = lookup(j, CHIME__IX_PENDING, &k, &v, &due);
-    err = err == 0 ? -ENOENT : err < 0 ? err : 0;
+    if (!err) /* one probe: the slot found is the one deleted after the append */
+        err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &at));
+    uint64_t v = at.version, due = at.due;
+    err = err ? err : at.found ? 0 : -ENOENT;
     if (!err && firing && v == firing)
         err = -EINPROGRESS; /* its firing has begun: the logic holds it (backend.h, cancel) */
     struct chime__rec r = { .type = CHIME__KILL, .key_len = (uint16_t)key_len, .key = key,
@@ -102,10 +113,11 @@ static int j_cancel(struct chime__backend *j, const void *key, size_t key_len, u
     if (!err)
         err = chime__wal_append(j->wal, &r, 1, &lsn);
     if (!err)
-        err = index_failed(j, chime__index_del(j->ix, CHIME__IX_PENDING, &k));
+        err = index_failed(j, chime__index_del_at(j->ix, CHIME__IX_PENDING, &k, &at));
     chime__index_unlock(j->ix, &k);
     if (err)
         return err;
+    after_change(j);
     *victim = (struct chime__ref){ v, 0 };
     *ticket = lsn;
     return 0;
@@ -153,6 +165,8 @@ static int j_ack(struct chime__backend *j, const void *key, size_t key_len,
             err = index_failed(j, chime__index_del_at(j->ix, CHIME__IX_PENDING, &k, &at));
     }
     chime__index_unlock(j->ix, &k);
+    if (!err)
+        after_change(j);
     return err; /* D3: not waited for */
 }
 

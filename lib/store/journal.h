@@ -60,6 +60,7 @@ struct chime__backend {
     int error;                 /* sticky: a flush or merge failed (the log has its own) */
     int failed_told;           /* sink->failed was called */
 
+    _Atomic int index_asked;      /* the index's write batches want the flusher (compact.c) */
     _Atomic uint64_t backlog;     /* sealed segments not yet flushed (= sealed - flushed) */
     _Atomic uint64_t flushes, merges; /* statistics, for tests and benchmarks */
 };
@@ -85,6 +86,9 @@ int chime__journal_flush_all(struct chime__backend *j);
  * callers, sets the pace: otherwise unflushed segments would pile up without bound). Return: 0 or
  * the sticky error. */
 int chime__journal_throttle(struct chime__backend *j);
+/* Ask the flusher to write out the index's pending writes (chime__index_flush), once until it has
+ * begun; called after a change when chime__index_flush_wanted says so. */
+void chime__journal_ask_index_flush(struct chime__backend *j);
 /* The first sticky error of the log or the journal, or 0; tells the sink once. */
 int chime__journal_error(struct chime__backend *j);
 /* Record a sticky error (and tell the sink, once). */

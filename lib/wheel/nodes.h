@@ -81,7 +81,8 @@ int chime__nodes_grow(struct chime__nodes *ns);
 /* Map room for a period at idx. Return: 0, or -ENOMEM. */
 int chime__nodes_grow_periods(struct chime__nodes *ns, uint32_t idx);
 
-/* Take a node (its pos says free until it is placed). Return: 0, or -ENOMEM. May move the arrays. */
+/* Take a node (its pos says free until it is placed). Return: 0, or -ENOMEM. May move the arrays,
+ * even when it fails (a half that grew stays grown). */
 static inline int chime__nodes_take(struct chime__nodes *ns, uint32_t *idx)
 {
     if (ns->free_head != CHIME__NIL) {
@@ -98,6 +99,57 @@ static inline int chime__nodes_take(struct chime__nodes *ns, uint32_t *idx)
     }
     ns->used++;
     return 0;
+}
+
+/* Node idx's hot half, cold half and period (the last only after chime__nodes_grow_periods(idx)).
+ * Valid until the next chime__nodes_take or grow, which may move the arrays. */
+static inline struct chime__wnode *chime__nodes_hot(const struct chime__nodes *ns, uint32_t idx)
+{
+    return &ns->v[idx];
+}
+
+static inline struct chime__call *chime__nodes_call(const struct chime__nodes *ns, uint32_t idx)
+{
+    return &ns->call[idx];
+}
+
+static inline uint64_t *chime__nodes_period(const struct chime__nodes *ns, uint32_t idx)
+{
+    return &ns->period[idx];
+}
+
+/* Nodes handed out since the last reset: every node in use has an index below this. */
+static inline uint32_t chime__nodes_extent(const struct chime__nodes *ns)
+{
+    return ns->top;
+}
+
+/* Nodes in use (taken and not given back). */
+static inline uint32_t chime__nodes_used(const struct chime__nodes *ns)
+{
+    return ns->used;
+}
+
+/* Whether node idx (below chime__nodes_extent) is in use. */
+static inline bool chime__nodes_in_use(const struct chime__nodes *ns, uint32_t idx)
+{
+    return ns->v[idx].pos != CHIME__POS_FREE;
+}
+
+/* Bytes of both halves for the nodes handed out since the last reset. */
+static inline size_t chime__nodes_bytes(const struct chime__nodes *ns)
+{
+    return (size_t)ns->top * (sizeof(struct chime__wnode) + sizeof(struct chime__call));
+}
+
+/* Point the levels at the nodes' halves (levels.h: nodes, stride, cold, cold_stride): at start and
+ * after anything that may have moved the arrays (a take). */
+static inline void chime__nodes_attach(const struct chime__nodes *ns, struct chime__levels *L)
+{
+    L->nodes = (char *)ns->v;
+    L->stride = sizeof(struct chime__wnode);
+    L->cold = (char *)ns->call;
+    L->cold_stride = sizeof(struct chime__call);
 }
 
 /* Give a node back; every id naming it dies. */

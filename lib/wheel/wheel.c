@@ -32,20 +32,20 @@ struct chime_wheel {
  * after anything that may have moved the arrays. */
 static inline void sync_nodes(chime_wheel *w)
 {
-    w->L.nodes = (char *)w->nodes.v;
-    w->L.cold = (char *)w->nodes.call;
+    chime__nodes_attach(&w->nodes, &w->L);
 }
 
 /* The levels' fire step (chime__fire_fn): re-arm or free the node, then run its callback. */
 static int fire(void *ctx, uint32_t idx)
 {
     chime_wheel *w = ctx;
-    struct chime__wnode *h = &w->nodes.v[idx];
-    chime_fn *fn = w->nodes.call[idx].fn;
-    void *arg = w->nodes.call[idx].arg;
+    struct chime__wnode *h = chime__nodes_hot(&w->nodes, idx);
+    const struct chime__call *call = chime__nodes_call(&w->nodes, idx);
+    chime_fn *fn = call->fn;
+    void *arg = call->arg;
     if (h->pos & PERIODIC) {
         uint64_t deadline = h->deadline;
-        if (chime__levels_next_boundary(&w->L, &h->deadline, w->nodes.period[idx])) {
+        if (chime__levels_next_boundary(&w->L, &h->deadline, *chime__nodes_period(&w->nodes, idx))) {
             if (chime__levels_place(&w->L, idx) != 0) { /* after advance_to >= now: a slot */
                 h->deadline = deadline;
                 return -ENOMEM; /* nothing done: the levels stop before this timer */
@@ -91,8 +91,6 @@ int chime_wheel_new(chime_wheel **out, const struct chime_wheel_config *cfg)
         return -ENOMEM;
     }
     chime__nodes_init(&w->nodes);
-    w->L.stride = sizeof(struct chime__wnode);
-    w->L.cold_stride = sizeof(struct chime__call);
     sync_nodes(w);
     *out = w;
     return 0;
@@ -103,9 +101,9 @@ void chime_wheel_free(chime_wheel *w, chime_fn *on_unfired)
     if (!w)
         return;
     if (on_unfired) {
-        for (uint32_t i = 0; i < w->nodes.top; i++)
-            if (w->nodes.v[i].pos != CHIME__POS_FREE)
-                on_unfired(w->nodes.call[i].arg);
+        for (uint32_t i = 0; i < chime__nodes_extent(&w->nodes); i++)
+            if (chime__nodes_in_use(&w->nodes, i))
+                on_unfired(chime__nodes_call(&w->nodes, i)->arg);
     }
     chime__levels_destroy(&w->L);
     chime__nodes_destroy(&w->nodes);
@@ -119,21 +117,21 @@ static int schedule(chime_wheel *w, uint64_t deadline, uint64_t period, chime_fn
         return -EINVAL;
     uint32_t idx;
     int err = chime__nodes_take(&w->nodes, &idx);
+    sync_nodes(w); /* a take may move the arrays, a failed one too (it grows them one after the other) */
     if (err)
         return err;
-    sync_nodes(w);
-    struct chime__wnode *h = &w->nodes.v[idx];
+    struct chime__wnode *h = chime__nodes_hot(&w->nodes, idx);
     h->deadline = deadline;
     h->pos = 0;
     if (period) {
         if ((err = chime__nodes_grow_periods(&w->nodes, idx)) != 0)
             goto fail;
-        w->nodes.period[idx] = period;
+        *chime__nodes_period(&w->nodes, idx) = period;
         h->pos = PERIODIC;
     }
     if ((err = chime__levels_place(&w->L, idx)) != 0)
         goto fail;
-    w->nodes.call[idx] = (struct chime__call){ fn, arg };
+    *chime__nodes_call(&w->nodes, idx) = (struct chime__call){ fn, arg };
     chime__levels_add(&w->L);
     if (id)
         *id = chime__nodes_id(&w->nodes, idx);
@@ -164,11 +162,12 @@ int chime_wheel_cancel(chime_wheel *w, chime_id id)
     /* The node freed here is the next one schedule hands out (LIFO), and schedule writes its cold
      * half, which nothing here reads: fetch it for writing now, alongside the hot half's miss, instead
      * of after it. (A stale or forged id's index may lie past the mapping: prefetch never faults.) */
-    __builtin_prefetch(&w->nodes.call[(uint32_t)id], 1);
+    __builtin_prefetch(chime__nodes_call(&w->nodes, (uint32_t)id), 1);
     uint32_t idx = chime__nodes_find(&w->nodes, id);
     if (idx == CHIME__NIL)
         return -ENOENT;
-    chime__levels_remove_at(&w->L, w->nodes.v[idx].deadline, w->nodes.v[idx].pos);
+    const struct chime__wnode *h = chime__nodes_hot(&w->nodes, idx);
+    chime__levels_remove_at(&w->L, h->deadline, h->pos);
     chime__levels_sub(&w->L);
     chime__nodes_give(&w->nodes, idx);
     return 0;
@@ -199,7 +198,7 @@ int chime_wheel_next(const chime_wheel *w, uint64_t *deadline)
 
 size_t chime_wheel_pending(const chime_wheel *w)
 {
-    return w->nodes.used;
+    return chime__nodes_used(&w->nodes);
 }
 
 uint64_t chime_wheel_now(const chime_wheel *w)
@@ -222,13 +221,13 @@ bool chime__wheel_is_pending(const chime_wheel *w, chime_id id)
 size_t chime__wheel_trim(chime_wheel *w)
 {
     size_t freed = chime__levels_trim(&w->L);
-    size_t mapped = w->nodes.top * (sizeof(struct chime__wnode) + sizeof(struct chime__call));
+    size_t mapped = chime__nodes_bytes(&w->nodes);
     return freed + (chime__nodes_reset(&w->nodes) ? mapped : 0);
 }
 
 size_t chime__wheel_capacity(const chime_wheel *w)
 {
-    return w->nodes.top;
+    return chime__nodes_extent(&w->nodes);
 }
 
 uint64_t chime__wheel_cascaded(const chime_wheel *w)
@@ -238,11 +237,16 @@ uint64_t chime__wheel_cascaded(const chime_wheel *w)
 
 const char *chime__wheel_check(const chime_wheel *w)
 {
-    const char *err = chime__levels_check(&w->L, w->nodes.top);
+    const char *err = chime__levels_check(&w->L, chime__nodes_extent(&w->nodes));
     if (err)
         return err;
-    if (w->L.live != w->nodes.used)
+    if (w->L.live != chime__nodes_used(&w->nodes))
         return "pending count wrong: nodes in use are not the live entries";
+    struct chime__levels seen = w->L;
+    chime__nodes_attach(&w->nodes, &seen);
+    if (seen.nodes != w->L.nodes || seen.cold != w->L.cold || seen.stride != w->L.stride ||
+        seen.cold_stride != w->L.cold_stride)
+        return "the levels do not see the nodes where they are (an array moved unseen)";
     return NULL;
 }
 

@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The runtime's producer side (lib/runtime/producer.c) against its advancing thread, in interleavings
+ * the public API cannot hold still: the test takes the part of a producer preempted between two of
+ * its steps by making those steps itself (state.h's transitions, timer.h's push), and before it goes
+ * on it waits until the advancing thread is asleep on its futex, which it reads from
+ * /proc/self/task/<tid>/syscall (skipped where that file is missing). The clock is injected
+ * (runtime.h): nothing depends on how fast anything runs. A plain TAP program (tap.h).
+ */
+#define _GNU_SOURCE /* syscall(SYS_gettid) */
+#include <errno.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "chime.h"
+#include "runtime/runtime.h"
+#include "runtime/timer.h"
+#include "runtime_util.h"
+#include "tap.h"
+
+#define MS UINT64_C(1000000)
+#define HOUR (UINT64_C(3600) * 1000 * MS)
+
+static _Atomic long thread_tid; /* the advancing thread's, noted by a callback */
+static void note_tid(void *arg)
+{
+    (void)arg;
+    atomic_store(&thread_tid, (long)syscall(SYS_gettid));
+}
+
+static _Atomic int fired;
+static _Atomic uint64_t fired_at;
+static void fire(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&fired, 1);
+    atomic_store(&fired_at, fake_clock(NULL));
+}
+
+/* Is thread tid blocked in futex() on word? Return: 1 yes, 0 not (yet), -1 no way to tell here. */
+static int blocked_on(long tid, const void *word)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long nr = -1;
+    uintptr_t arg0 = 0;
+    int n = fscanf(f, "%ld 0x%" SCNxPTR, &nr, &arg0);
+    fclose(f);
+    return n == 2 && nr == SYS_futex && arg0 == (uintptr_t)word;
+}
+
+/* Wait (a condition, polled) until the advancing thread sleeps on its futex; its sleep_until then. */
+static uint64_t wait_asleep(chime_timer *t)
+{
+    long tid = atomic_load(&thread_tid);
+    int b;
+    while ((b = blocked_on(tid, &t->sleeper.wake_seq)) == 0)
+        sched_yield();
+    CHECK(b == 1, "cannot read /proc/self/task/%ld/syscall", tid);
+    return atomic_load(&t->sleeper.sleep_until);
+}
+
+/*
+ * Producer A reschedules a timer and finds it unqueued (it will push it); before A pushes, producer B
+ * reschedules the same timer earlier, finds it queued (Q is A's) and so only wakes the advancing
+ * thread, which finds nothing queued yet and goes back to sleep until the timer's old deadline. B's
+ * deadline now reaches the thread only through A's push: A must wake it for that deadline, not for
+ * its own later one, or the timer fires an hour late (or, with a timer parked far away, never).
+ */
+static void a_reschedule_that_finds_the_timer_queued_is_woken_for_by_the_push(void)
+{
+    chime_timer *t = start(NULL, 0);
+    CHECK_EQ(chime_timer_schedule_at(t, 0, note_tid, NULL, NULL), 0);
+    chime__timer_sync(t);
+    CHECK(atomic_load(&thread_tid) > 0, "the callback did not note the thread");
+    if (blocked_on(atomic_load(&thread_tid), &t->sleeper.wake_seq) < 0) {
+        printf("# skipped: no /proc/self/task/<tid>/syscall here\n");
+        chime_timer_free(t);
+        return;
+    }
+
+    chime_id id;
+    CHECK_EQ(chime_timer_schedule_at(t, HOUR, fire, NULL, &id), 0);
+    chime__timer_sync(t);
+    uint64_t asleep_until = wait_asleep(t);
+    CHECK(asleep_until > 1 * MS, "asleep until %" PRIu64, asleep_until);
+
+    /* A: chime_timer_reschedule(t, id, 2 hours) up to its push. */
+    struct chime__rec *rec = chime__records_find(&t->recs, id);
+    CHECK(rec != NULL, "no record for the id");
+    CHECK_EQ(chime__state_reschedule_begin(&rec->state, (uint32_t)(id >> 32)), CHIME__RESCHED_PUSH);
+    atomic_store_explicit(&rec->deadline_ns, 2 * HOUR, memory_order_relaxed);
+    chime__state_reschedule_end(&rec->state);
+
+    /* B: the whole call; its deadline is the one that stands. */
+    CHECK_EQ(chime_timer_reschedule(t, id, 1 * MS), 0);
+    chime__timer_sync(t); /* the thread has taken B's wake-up, found nothing queued... */
+    asleep_until = wait_asleep(t); /* ...and sleeps again, until the timer's old deadline */
+    CHECK(asleep_until > 1 * MS, "asleep until %" PRIu64, asleep_until);
+
+    /* A's push, as producer.c makes it. */
+    chime__timer_push(t, (uint32_t)id, 2 * HOUR);
+    CHECK(atomic_load(&t->sleeper.sleep_until) != asleep_until,
+          "the push left the thread asleep until %" PRIu64 " with a timer due at 1 ms queued",
+          asleep_until);
+
+    atomic_store(&fake_now, 1 * MS);
+    chime__timer_sync(t);
+    CHECK_EQ(atomic_load(&fired), 1);
+    CHECK_EQ(atomic_load(&fired_at), 1 * MS);
+    atomic_store(&fake_now, 3 * HOUR);
+    chime__timer_sync(t);
+    CHECK_EQ(atomic_load(&fired), 1);
+    CHECK_EQ(chime_timer_stop(t, CHIME_STOP_NOW, NULL), 0);
+    struct chime_stats st;
+    chime_timer_stats(t, &st);
+    CHECK_EQ(st.scheduled, 2);
+    CHECK_EQ(st.fired, 2);
+    CHECK_EQ(st.pending, 0);
+    chime_timer_free(t);
+}
+
+int main(void)
+{
+    static const struct tap_test tests[] = {
+        { "a reschedule that finds the timer queued is woken for by the push", a_reschedule_that_finds_the_timer_queued_is_woken_for_by_the_push },
+    };
+    return tap_run(tests, (int)(sizeof(tests) / sizeof(tests[0])));
+}
