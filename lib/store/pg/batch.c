@@ -15,6 +15,8 @@
 #include "store/pg/lane.h"
 #include "store/pg/statements.h"
 
+_Static_assert(PG_BATCH < PG_VERSION_ROWS, "a statement's rows are numbered within one version base");
+
 enum { ST_PUT, ST_RETRY, ST_CANCEL, ST_ACK, ST_BURY, ST_REQUEUE, ST_DROP, ST_NOTIFY, ST_COUNT };
 
 static const struct {
@@ -383,9 +385,12 @@ static int resolve(struct pg_lane *l, uint64_t xid)
     }
 }
 
-/* Fill the operations' results from the statements' (committed). */
-static void apply(struct pg_lane *l, PGresult **res)
+/* Fill the operations' results from the statements' (committed). Return: 0 if every timer the
+ * transaction wrote is in its caller's hands or queued to be armed (loader.c, SKIPPED
+ * TRANSACTIONS); -ENOMEM if one is not (the poll must read it). */
+static int apply(struct pg_lane *l, PGresult **res)
 {
+    int handed = 0;
     struct chime__backend *b = l->b;
     struct pg_op *op;
     EACH(l, PG_OP_RETRY, op) op->status = -ESTALE;    /* unless returned below */
@@ -411,7 +416,8 @@ static void apply(struct pg_lane *l, PGresult **res)
                 op->out_payload_len = (size_t)PQgetlength(r, row, 2);
                 memcpy(op->out_payload, PQgetvalue(r, row, 2), op->out_payload_len);
             } else if (st == ST_REQUEUE) {
-                op->status = -ENOMEM; /* committed, but not armed: it fires after a restart */
+                op->status = -ENOMEM; /* committed, but not handed over: the poll reads it */
+                handed = -ENOMEM;
             }
         }
     }
@@ -425,8 +431,10 @@ static void apply(struct pg_lane *l, PGresult **res)
             continue;
         struct chime__timer t = { op->data, op->key_len, payload_of(op), op->payload_len, op->due,
                                   0, { op->out_version, pg_fence(epoch, op->shard) } };
-        chime__pg_arm_later(b, &t);
+        if (chime__pg_arm_later(b, &t) != 0)
+            handed = -ENOMEM;
     }
+    return handed;
 }
 
 /* Create the partitions the batch's puts need. */
@@ -472,8 +480,8 @@ int chime__pg_lane_run(struct pg_lane *l, struct pg_op **batch, size_t n)
                 atomic_store_explicit(&b->poll_now, 1, memory_order_release);
                 rc = PG_OK;
             }
-        } else if (rc == PG_OK) {
-            apply(l, res);
+        } else if (rc == PG_OK && apply(l, res) == 0) {
+            chime__pg_armed_tx(b, xid); /* the poll need not read it back */
         }
         for (int st = 0; st < ST_COUNT; st++)
             PQclear(res[st]);

@@ -18,6 +18,18 @@
  * The poll's order matters: its snapshot is taken first, then max_until and the owned shards are
  * read. A load or takeover that moves either forward after that reads with a later snapshot, so a
  * row committed before the poll's snapshot is seen by one of the two (pg.h, P7).
+ *
+ * SKIPPED TRANSACTIONS. Reading back what this node just wrote would double the database's work
+ * for a node that puts its own timers (a poll after 200 000 puts due soon read all of them again,
+ * and armed each a second time). A lane that committed a transaction and queued the arms of all
+ * its puts (batch.c, apply) lists its id (chime__pg_armed_tx); the poll takes the list after its
+ * snapshot and skips those transactions' rows. That loses nothing: each of those rows was armed,
+ * or was for a shard this node did not hold or due after `loaded` when its lane looked, after the
+ * commit; a takeover or load that changed either began after that look and so after the commit,
+ * and reads the row itself (P7). A transaction whose results were lost, or one of whose arms
+ * could not be queued, is never listed: the poll reads it. If the list outgrows ARMED_TX_MAX
+ * (polls stalled), it is dropped and the next poll skips nothing. A transaction listed after a
+ * poll's snapshot but committed before it is read by that poll (armed twice: harmless).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,6 +45,7 @@
 #define POLL_NS UINT64_C(1000000000)
 #define FIRST_CHUNK_NS UINT64_C(2000000000)
 #define FETCH_MAX 4096 /* keys read per notification batch */
+#define ARMED_TX_MAX 65536 /* transactions listed for the next poll to skip, at most */
 
 enum { TASK_TAKEOVER, TASK_ARM };
 
@@ -77,12 +90,12 @@ void chime__pg_takeover(struct chime__backend *b, const int32_t *shards, const i
     enqueue(b, t);
 }
 
-void chime__pg_arm_later(struct chime__backend *b, const struct chime__timer *timer)
+int chime__pg_arm_later(struct chime__backend *b, const struct chime__timer *timer)
 {
     struct pg_task *t = calloc(1, sizeof *t + timer->key_len + timer->payload_len);
-    if (!t) { /* committed, not armed: the next poll finds it */
+    if (!t) { /* committed, not armed: the next poll finds it (its transaction is not listed) */
         atomic_store_explicit(&b->poll_now, 1, memory_order_release);
-        return;
+        return -ENOMEM;
     }
     t->kind = TASK_ARM;
     t->t = *timer;
@@ -91,6 +104,34 @@ void chime__pg_arm_later(struct chime__backend *b, const struct chime__timer *ti
     t->t.key = t->data;
     t->t.payload = t->data + timer->key_len;
     enqueue(b, t);
+    return 0;
+}
+
+void chime__pg_armed_tx(struct chime__backend *b, uint64_t xid)
+{
+    pthread_mutex_lock(&b->task_lock);
+    if (!b->armed_tx && !b->armed_tx_lost)
+        b->armed_tx = malloc(ARMED_TX_MAX * sizeof *b->armed_tx);
+    if (b->armed_tx && b->armed_tx_n < ARMED_TX_MAX)
+        b->armed_tx[b->armed_tx_n++] = (int64_t)xid;
+    else
+        b->armed_tx_lost = 1; /* the next poll reads everything */
+    pthread_mutex_unlock(&b->task_lock);
+}
+
+/* Take the list of transactions the poll may skip into *out (n of them; NULL and 0: skip none). */
+static size_t take_armed_tx(struct chime__backend *b, int64_t **out)
+{
+    pthread_mutex_lock(&b->task_lock);
+    size_t n = b->armed_tx_lost ? 0 : b->armed_tx_n;
+    *out = b->armed_tx_lost ? NULL : b->armed_tx;
+    if (b->armed_tx_lost)
+        free(b->armed_tx);
+    b->armed_tx = NULL;
+    b->armed_tx_n = 0;
+    b->armed_tx_lost = 0;
+    pthread_mutex_unlock(&b->task_lock);
+    return n;
 }
 
 /* Hand a timer read for an owned shard to the logic, if this node still holds it. */
@@ -144,21 +185,27 @@ static int poll_once(struct loader *ld)
     struct chime__backend *b = ld->b;
     PGresult *r = NULL;
     int rc = exec(ld->pc, "BEGIN ISOLATION LEVEL REPEATABLE READ", NULL);
+    if (rc == PG_OK) /* the poll's rows through the BRIN index on tx (firing.c, poll_sql) */
+        rc = exec(ld->pc, "SET LOCAL enable_seqscan = off", NULL);
     if (rc == PG_OK)
         rc = exec(ld->pc, "SELECT pg_current_snapshot()::text", &r);
     char *next = NULL;
     if (rc == PG_OK && !(next = strndup(PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0))))
         rc = -ENOMEM;
     PQclear(r);
+    int64_t *skip = NULL;
+    size_t n_skip = 0;
     if (rc == PG_OK) {
+        n_skip = take_armed_tx(b, &skip); /* after the snapshot: see SKIPPED TRANSACTIONS */
         pthread_mutex_lock(&b->own_lock); /* after the snapshot: see above */
         uint64_t until = atomic_load_explicit(&b->max_until, memory_order_relaxed);
         size_t n = chime__pg_owned(b, ld->shards, ld->epochs);
         pthread_mutex_unlock(&b->own_lock);
         if (n && ld->snapshot)
             rc = chime__pg_read_cursor(b, ld->pc, ld->shards, ld->epochs, n, 0, until,
-                                       ld->snapshot, arm, b);
+                                       ld->snapshot, skip, n_skip, arm, b);
     }
+    free(skip);
     if (rc == PG_OK)
         rc = exec(ld->pc, "COMMIT", NULL);
     else if (rc != PG_LOST && ld->pc->c)
@@ -394,6 +441,9 @@ void chime__pg_loader_stop(struct chime__backend *b)
         free(t);
     }
     b->tasks_tail = NULL;
+    free(b->armed_tx);
+    b->armed_tx = NULL;
+    b->armed_tx_n = 0;
     if (b->wake_fd >= 0)
         close(b->wake_fd);
     b->wake_fd = -1;

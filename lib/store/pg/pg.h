@@ -40,10 +40,11 @@
  *   P3 A fired timer stays pending until its acknowledgement commits. A firing recorded in an
  *      epoch that then lost its lease is loaded by the next owner like any pending timer, and fires
  *      again with attempt + 1 (the recorded attempt is kept). (firing.c)
- *   P4 Versions of one key only grow: a put takes its version from one sequence (cache 1, so in
- *      time order) and replaces the key's row only if the row's version is smaller. Rows of ended
- *      timers stay as tombstones until their partition is dropped, at least one partition width
- *      after it ended, so a put of the same key always meets its predecessor. (lanes.c, house.c)
+ *   P4 Versions of one key only grow: each statement that writes versions draws one value from a
+ *      sequence (cache 1, so in time order) and numbers its rows under it (statements.h), and a put
+ *      replaces the key's row only if the row's version is smaller. Rows of ended timers stay as
+ *      tombstones until their partition is dropped, at least one partition width after it ended,
+ *      so a put of the same key always meets its predecessor. (lanes.c, house.c)
  *   P5 A cancel is never undone: it ends the key's current version (end_epoch = 0) in a committed
  *      transaction; a later write of that key is a newer put (a larger version). Nothing else ever
  *      clears end_epoch, and a version ends at most once.
@@ -55,6 +56,9 @@
  *      notification (others' puts due soon), or the owner's poll, which reads every row committed
  *      since the previous poll's snapshot (pg_visible_in_snapshot on the row's transaction id). A
  *      lost notification therefore delays a timer by at most the poll interval, never loses it.
+ *      The poll skips this node's own transactions whose every row its lane handed over (the
+ *      post-commit arms, queued before the transaction is listed; loader.c, SKIPPED TRANSACTIONS):
+ *      a load or takeover whose snapshot came later reads what the arms did not cover, as above.
  */
 #ifndef CHIME_STORE_PG_H
 #define CHIME_STORE_PG_H
@@ -69,7 +73,7 @@
 #define PG_MAX_SHARDS 65535u /* a fence keeps the shard in 16 bits */
 #define PG_LANES 4           /* write lanes (connections) per node */
 #define PG_BATCH 2000        /* operations per lane transaction at most */
-#define PG_SCHEMA_VERSION 1
+#define PG_SCHEMA_VERSION 2
 #define PG_MIN_LEASE_NS UINT64_C(200000000)
 #define PG_DEFAULT_LEASE_NS UINT64_C(10000000000)
 #define PG_LOCK_PARTITIONS 0x63686d70 /* the advisory lock of partition creation ("chmp") */
@@ -236,6 +240,9 @@ struct chime__backend {
     void *loader;                 /* its state (loader.c) */
     pthread_mutex_t task_lock;
     struct pg_task *tasks, *tasks_tail; /* takeovers and arms, in order */
+    int64_t *armed_tx;            /* under task_lock: this node's transactions the next poll skips */
+    size_t armed_tx_n;
+    int armed_tx_lost;            /* under task_lock: one could not be listed; the next poll skips none */
     int wake_fd;                  /* eventfd: a task is queued, or stop */
     _Atomic int poll_now;         /* run a poll at once (a batch's results were lost) */
     _Atomic int revoke_wanted;    /* call sink->revoke (leases were lost or are draining) */
@@ -294,10 +301,11 @@ int chime__pg_read_timers(struct chime__backend *b, struct pg_conn *pc, const in
                           const int64_t *epochs, size_t n, uint64_t from, uint64_t until,
                           chime__timer_fn *fn, void *ctx);
 /* The same inside a transaction the caller opened. since: if not NULL, a snapshot (as text): only
- * rows whose transaction it did not see (a poll). */
+ * rows whose transaction it did not see, and is none of the n_skip transactions in skip (a poll). */
 int chime__pg_read_cursor(struct chime__backend *b, struct pg_conn *pc, const int32_t *shards,
                           const int64_t *epochs, size_t n, uint64_t from, uint64_t until,
-                          const char *since, chime__timer_fn *fn, void *ctx);
+                          const char *since, const int64_t *skip, size_t n_skip,
+                          chime__timer_fn *fn, void *ctx);
 
 /* lease.c */
 int chime__pg_lease_start(struct chime__backend *b); /* runs the first round before returning */
@@ -318,8 +326,11 @@ void chime__pg_takeover(struct chime__backend *b, const int32_t *shards, const i
  * neither start nor record anything meanwhile. */
 void chime__pg_revoke_later(struct chime__backend *b);
 /* Arm a timer this node put (after its commit): the loader calls sink->arm if it still holds the
- * shard. Copies t. */
-void chime__pg_arm_later(struct chime__backend *b, const struct chime__timer *t);
+ * shard. Copies t. Return: 0; -ENOMEM (not queued: the next poll reads it instead). */
+int chime__pg_arm_later(struct chime__backend *b, const struct chime__timer *t);
+/* List transaction xid, committed by a lane whose rows are all handed over (arms queued, P7): the
+ * next poll skips its rows. */
+void chime__pg_armed_tx(struct chime__backend *b, uint64_t xid);
 
 /* Test hook: while on, every node of this process drops the notifications it receives, as if
  * they were lost with a connection (P7 says the poll then delivers). */

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The schema `chime` (version 1), created by `chime-store --postgres CONNINFO init` and checked by
+ * The schema `chime` (version 2), created by `chime-store --postgres CONNINFO init` and checked by
  * every open; and the partitions of chime.timers, created ahead of time and dropped once settled.
  *
  * TABLES (docs/design.md, "The schema", says what each column is for; COMMENT ON says it in psql)
  *   meta     name -> value: schema_version, shards, partition_ns, created
+ *   versions a sequence: each statement that writes versions draws one value n and numbers its rows
+ *            n * 4096 + i (statements.h; version 1 of the schema drew one value per row)
  *   nodes    one row per node process: node (its name), token (its incarnation), expires (its
  *            heartbeat: alive while expires > now())
  *   shards   one row per shard: owner, token, epoch, expires (the lease), since
@@ -52,6 +54,8 @@ static const char *const create_sql[] = {
     " acquired timestamptz NOT NULL, PRIMARY KEY (shard, epoch))",
     "COMMENT ON TABLE chime.leases IS 'every acquisition of a shard (history, kept 7 days)'",
     "CREATE SEQUENCE chime.versions CACHE 1",
+    "COMMENT ON SEQUENCE chime.versions IS 'each statement that writes timers draws one value n; "
+    "its i-th row (from 1) gets version n * 4096 + i'",
     "CREATE TABLE chime.keys (key bytea PRIMARY KEY, version bigint NOT NULL, part bigint NOT NULL,"
     " shard int NOT NULL, attempt int NOT NULL, fire_epoch bigint NOT NULL DEFAULT 0,"
     " end_epoch bigint, ended_at timestamptz) WITH (fillfactor = 75)",

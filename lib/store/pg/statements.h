@@ -12,22 +12,33 @@
 #ifndef CHIME_STORE_PG_STATEMENTS_H
 #define CHIME_STORE_PG_STATEMENTS_H
 
-/* A user's put: $1 keys, $2 dues, $3 parts, $4 shards, $5 attempts, $6 payloads. Each key's row is
- * replaced only by a greater version (P4); a put whose version lost to a concurrent one returns no
- * row (it happened first, and was replaced). Returns (i, version) of the puts that won. */
+/* Versions (P4): a statement draws ONE value n from the sequence chime.versions (cache 1, so in
+ * time order) and gives its i-th row (1-based, i < PG_VERSION_ROWS) version n * PG_VERSION_ROWS + i.
+ * A later statement draws a greater n, so every version it writes is greater than every version an
+ * earlier one wrote, whatever their i; and a row's i can be read back from its version. */
+#define PG_VERSION_ROWS 4096
+#define PG_STR_(x) #x
+#define PG_STR(x) PG_STR_(x)
+#define PG_VERSION_BASE "(SELECT nextval('chime.versions') * " PG_STR(PG_VERSION_ROWS) " AS base)"
+
+/* A user's put: $1 keys, $2 dues, $3 parts, $4 shards, $5 attempts, $6 payloads. Every put's row
+ * is inserted into timers (insert-only: a row whose key then keeps a greater version is never read,
+ * and goes with its partition); the key's row in keys is replaced only by a greater version (P4).
+ * A put whose version lost to a concurrent one returns no row (it happened first, and was
+ * replaced). Returns (i, version) of the puts that won. No join: the version says which row it is. */
 #define PG_SQL_PUT                                                                                 \
-    "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int8[], $4::int4[], $5::int4[]," \
-    " $6::bytea[]) WITH ORDINALITY AS u(key, due, part, shard, attempt, payload, i)),"            \
+    "WITH v AS MATERIALIZED " PG_VERSION_BASE ","                                                  \
     " t AS (INSERT INTO chime.timers (part, shard, key, version, due, payload)"                    \
-    " SELECT part, shard, key, nextval('chime.versions'), due, payload FROM u ORDER BY key"        \
-    " RETURNING key, version),"                                                                    \
-    " k AS (INSERT INTO chime.keys AS k (key, version, part, shard, attempt)"                      \
-    " SELECT u.key, t.version, u.part, u.shard, u.attempt FROM t JOIN u ON u.key = t.key"          \
+    " SELECT u.part, u.shard, u.key, v.base + u.i, u.due, u.payload FROM v, unnest($1::bytea[],"   \
+    " $2::int8[], $3::int8[], $4::int4[], $6::bytea[]) WITH ORDINALITY"                            \
+    " AS u(key, due, part, shard, payload, i))"                                                    \
+    " INSERT INTO chime.keys AS k (key, version, part, shard, attempt)"                            \
+    " SELECT u.key, v.base + u.i, u.part, u.shard, u.attempt FROM v, unnest($1::bytea[],"          \
+    " $3::int8[], $4::int4[], $5::int4[]) WITH ORDINALITY AS u(key, part, shard, attempt, i)"      \
     " ORDER BY u.key ON CONFLICT (key) DO UPDATE SET version = excluded.version,"                  \
     " part = excluded.part, shard = excluded.shard, attempt = excluded.attempt, fire_epoch = 0,"   \
     " end_epoch = NULL, ended_at = NULL WHERE k.version < excluded.version"                        \
-    " RETURNING k.key, k.version)"                                                                 \
-    " SELECT u.i, k.version FROM k JOIN u ON u.key = k.key"
+    " RETURNING k.version % " PG_STR(PG_VERSION_ROWS) ", k.version"
 
 /* A retry (the owner's, conditional on the version that fired): $1 keys, $2 if_versions,
  * $3 shards, $4 epochs, $5 dues, $6 parts, $7 attempts, $8 payloads, $9 owner, $10 token.
@@ -39,7 +50,8 @@
     " s AS MATERIALIZED (SELECT shard, epoch FROM chime.shards"                                    \
     " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $9 AND token = $10::int8" \
     " AND expires > clock_timestamp() ORDER BY shard FOR SHARE),"                                  \
-    " g AS MATERIALIZED (SELECT f.*, nextval('chime.versions') AS nv FROM f"                       \
+    " v AS MATERIALIZED " PG_VERSION_BASE ","                                                      \
+    " g AS MATERIALIZED (SELECT f.*, v.base + f.i AS nv FROM v, f"                                 \
     " JOIN s ON s.shard = f.shard AND s.epoch = f.epoch ORDER BY f.key),"                          \
     " k AS (UPDATE chime.keys k SET version = g.nv, part = g.part, attempt = g.attempt,"           \
     " fire_epoch = 0 FROM g WHERE k.key = g.key AND k.version = g.if_version"                      \
@@ -95,8 +107,9 @@
     " AS f(key, due, part, i)),"                                                                   \
     " d AS (DELETE FROM chime.dead d USING f WHERE d.key = f.key RETURNING d.key, d.shard,"        \
     " d.payload),"                                                                                 \
+    " v AS MATERIALIZED " PG_VERSION_BASE ","                                                      \
     " g AS MATERIALIZED (SELECT f.i, f.key, f.due, f.part, d.shard, d.payload,"                    \
-    " nextval('chime.versions') AS nv FROM f JOIN d ON d.key = f.key ORDER BY f.key),"             \
+    " v.base + f.i AS nv FROM v, f JOIN d ON d.key = f.key ORDER BY f.key),"                       \
     " t AS (INSERT INTO chime.timers (part, shard, key, version, due, payload)"                    \
     " SELECT part, shard, key, nv, due, payload FROM g),"                                          \
     " k AS (INSERT INTO chime.keys AS k (key, version, part, shard, attempt)"                      \
