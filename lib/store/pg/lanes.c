@@ -31,6 +31,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <linux/futex.h>
@@ -82,7 +83,7 @@ static int enqueue(struct chime__backend *b, struct pg_op *op, uint64_t *ticket)
         free(op);
         return err;
     }
-    op->seq = ++l->next_seq;
+    uint64_t seq = op->seq = ++l->next_seq;
     if (l->tail)
         l->tail->next = op;
     else
@@ -90,8 +91,9 @@ static int enqueue(struct chime__backend *b, struct pg_op *op, uint64_t *ticket)
     l->tail = op;
     pthread_cond_signal(&l->work);
     pthread_mutex_unlock(&l->lock);
+    /* op is the lane's now: an operation nobody waits for may already be done and freed. */
     if (ticket)
-        *ticket = (uint64_t)(l->index + 1) << 56 | op->seq;
+        *ticket = (uint64_t)(l->index + 1) << 56 | seq;
     return 0;
 }
 
@@ -207,9 +209,10 @@ int chime__pg_put(struct chime__backend *b, const struct chime__put *p, struct c
     memset(res, 0, sizeof *res);
     res->owned = held != 0;
     if (!p->if_version) { /* deferred: the version is the database's (backend.h) */
-        op->waited = b->cfg->sync == CHIME_SYNC_EACH; /* the logic waits for this ticket */
-        int err = enqueue(b, op, NULL);
-        *ticket = !err && op->waited ? (uint64_t)(uintptr_t)op : 0;
+        bool waited = b->cfg->sync == CHIME_SYNC_EACH; /* the logic waits for this ticket */
+        op->waited = waited;
+        int err = enqueue(b, op, NULL); /* not waited for: the lane may free op at once */
+        *ticket = !err && waited ? (uint64_t)(uintptr_t)op : 0;
         return err;
     }
     if (pg_fence_shard(p->if_fence) != op->shard || !chime__pg_holds(b, op->shard, op->epoch)) {
