@@ -10,18 +10,32 @@
 #include "pg_util.h"
 #include "store_util.h"
 
-/* Open a node on conninfo. lease_ns and horizon_ns 0: the defaults. */
+/* A node's configuration on conninfo (the tests' defaults; a test may change fields before opening
+ * with pg_open_config). lease_ns and horizon_ns 0: the store's defaults. */
+static inline void pg_node_config(struct chime_store_config *cfg, const char *conninfo,
+                                  const char *node, uint64_t lease_ns, uint64_t horizon_ns)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->postgres = conninfo;
+    cfg->node = node;
+    cfg->lease_ns = lease_ns;
+    cfg->horizon_ns = horizon_ns;
+    cfg->runtime.workers = 2;
+}
+
+static inline int pg_open_config(chime_store **s, const struct chime_store_config *cfg,
+                                 struct recorder *r)
+{
+    return chime_store_open(s, cfg, recorder_handler, r);
+}
+
+/* Open a node on conninfo with pg_node_config's configuration. */
 static inline int pg_open_node(chime_store **s, const char *conninfo, const char *node,
                                struct recorder *r, uint64_t lease_ns, uint64_t horizon_ns)
 {
     struct chime_store_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.postgres = conninfo;
-    cfg.node = node;
-    cfg.lease_ns = lease_ns;
-    cfg.horizon_ns = horizon_ns;
-    cfg.runtime.workers = 2;
-    return chime_store_open(s, &cfg, recorder_handler, r);
+    pg_node_config(&cfg, conninfo, node, lease_ns, horizon_ns);
+    return pg_open_config(s, &cfg, r);
 }
 
 /* ---- the database, directly ---- */

@@ -203,8 +203,7 @@ static void wait_pending_rows(PGconn *c, long long want)
     long long got;
     while ((got = pg_value(c, "SELECT count(*) FROM chime.pending")) != want) {
         CHECK(got >= 0 && got < want, "%lld rows pending, waiting for %lld", got, want);
-        struct timespec ts = { 0, 2000000 };
-        nanosleep(&ts, NULL); /* a poll of the database: there is nothing to wait on */
+        sleep_ms(2); /* a poll of the database: there is nothing to wait on */
     }
 }
 
@@ -217,14 +216,11 @@ static void test_sync_interval_commits_at_sync_and_on_its_own(void)
 {
     fresh();
     struct chime_store_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.postgres = conninfo;
-    cfg.node = "a";
-    cfg.lease_ns = 2 * SEC;
+    pg_node_config(&cfg, conninfo, "a", 2 * SEC, 0);
     cfg.sync = CHIME_SYNC_INTERVAL;
     cfg.sync_interval_ns = 20 * MS;
     chime_store *s = NULL;
-    CHECK_EQ(chime_store_open(&s, &cfg, recorder_handler, &rec), 0);
+    CHECK_EQ(pg_open_config(&s, &cfg, &rec), 0);
     PGconn *c = pg_connect_or_die(conninfo);
     uint64_t due = wall_ns() + 3600 * SEC; /* nothing fires during the test */
     char key[32];
