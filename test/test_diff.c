@@ -289,19 +289,22 @@ static void run(const struct subject *s)
             EXPECT(ref_find(&ref, h) == -1, "step %zu: id %" PRIu64 " reused while live",
                       step, h);
             ref_schedule(&ref, deadline, period, h, tag);
-        } else if (op < 50) { /* cancel a live timer */
-            if (!ref.n)
-                continue;
-            size_t i = rng_below(&g, ref.n);
-            uint64_t h = ref.v[i].handle;
-            EXPECT(d_cancel(&d, h) == 0, "step %zu: cancel of a live id", step);
-            ref_remove(&ref, i);
-            if (ndead == dead_cap) {
-                dead_cap = dead_cap ? dead_cap * 2 : 1024;
-                dead = realloc(dead, dead_cap * sizeof(*dead));
-                EXPECT(dead != NULL, "out of memory");
+        } else if (op < 50) { /* cancel a live timer; one time in eight a run of up to 40, so that
+                                  the wheel's queue of removals fills and is applied by a cancel */
+            for (size_t run = rng_below(&g, 8) ? 1 : 1 + rng_below(&g, 40); run && ref.n; run--) {
+                size_t i = rng_below(&g, ref.n);
+                uint64_t h = ref.v[i].handle;
+                EXPECT(d_cancel(&d, h) == 0, "step %zu: cancel of a live id", step);
+                ref_remove(&ref, i);
+                if (ndead == dead_cap) {
+                    dead_cap = dead_cap ? dead_cap * 2 : 1024;
+                    dead = realloc(dead, dead_cap * sizeof(*dead));
+                    EXPECT(dead != NULL, "out of memory");
+                }
+                dead[ndead++] = h;
+                if (run % 4 == 0) /* and after the step, as every step */
+                    check_wheel(&d, step);
             }
-            dead[ndead++] = h;
         } else if (op < 58) { /* reschedule a live timer */
             if (!ref.n)
                 continue;

@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 
 #include "alloc.h"
@@ -14,6 +15,7 @@
 #include "log.h"
 #include "reference.h"
 #include "rng.h"
+#include "wheel/slot.h"
 #include "wheel/wheel.h"
 
 static chime_wheel *w;
@@ -157,6 +159,117 @@ Test(tombstones, trim_frees_the_arrays_of_empty_slots)
     cr_assert(eq(sz, fired_count, 500));
     cr_assert(gt(sz, chime__wheel_trim(w), 0), "fired slots kept their arrays until now");
     cr_assert(eq(sz, chime__wheel_trim(w), 0), "nothing left to give back");
+}
+
+/* ---- removals queued by cancels and reschedules (levels.c, "deferred removals") ---- */
+
+TestSuite(queued, .fini = teardown);
+
+enum { ONE_PER_SLOT = 20 }; /* more than CHIME__PENDING: the 16th cancel applies the queue */
+static chime_id ids_one_per_slot[ONE_PER_SLOT];
+
+/* A default wheel with ONE_PER_SLOT timers in level-0 slots 10, 11, ... (tags 0, 1, ...), each alone
+ * in its slot, and one more (tag ONE_PER_SLOT) at 5000, in level 1. */
+static void make_one_per_slot(void)
+{
+    make(NULL);
+    for (uintptr_t i = 0; i < ONE_PER_SLOT; i++)
+        cr_assert(eq(int, chime_wheel_schedule(w, 10 + i, log_fire, TAG(i), &ids_one_per_slot[i]), 0));
+    cr_assert(eq(int, chime_wheel_schedule(w, 5000, log_fire, TAG(ONE_PER_SLOT), NULL), 0));
+}
+
+/* 20 cancels, each emptying a level-0 slot: 16 are applied together by the 16th, 4 stay queued
+ * until next(), which must not report the slots they emptied. */
+Test(queued, next_does_not_report_a_slot_that_queued_cancels_emptied)
+{
+    make_one_per_slot();
+    for (size_t i = 0; i < ONE_PER_SLOT; i++) {
+        cr_assert(eq(int, chime_wheel_cancel(w, ids_one_per_slot[i]), 0));
+        check(); /* I7: each queued removal names its entry, the counts are as if applied */
+        cr_assert(eq(int, chime_wheel_cancel(w, ids_one_per_slot[i]), -ENOENT),
+                  "cancelled twice while queued");
+    }
+    uint64_t when = 0;
+    cr_assert(eq(int, chime_wheel_next(w, &when), 0));
+    cr_assert(eq(u64, when, 5000), "next reported %" PRIu64 ", a slot a queued cancel emptied", when);
+    check();
+    chime_wheel_advance(w, 5000);
+    cr_assert(eq(sz, fired_count, 1));
+    cr_assert(eq(u64, fired_log[0].tag, ONE_PER_SLOT));
+}
+
+/* Due timers cancelled and still queued: next must not say "due now". */
+Test(queued, next_does_not_report_due_timers_whose_cancels_are_queued)
+{
+    make(&(struct chime_wheel_config){ CHIME_LAYOUT_MILLISECONDS, .start = 100 });
+    chime_id ids[3];
+    for (uintptr_t i = 0; i < 3; i++)
+        cr_assert(eq(int, chime_wheel_schedule(w, 90 + i, log_fire, TAG(i), &ids[i]), 0));
+    cr_assert(eq(int, chime_wheel_schedule(w, 7000, log_fire, TAG(3), NULL), 0));
+    uint64_t when = 0;
+    cr_assert(eq(int, chime_wheel_next(w, &when), 0));
+    cr_assert(eq(u64, when, 90), "the due timers are reported while they are pending");
+    for (size_t i = 0; i < 3; i++)
+        cr_assert(eq(int, chime_wheel_cancel(w, ids[i]), 0));
+    check();
+    cr_assert(eq(int, chime_wheel_next(w, &when), 0));
+    cr_assert(eq(u64, when, 7000), "next reported %" PRIu64 " for due timers whose cancels are queued",
+              when);
+    chime_wheel_advance(w, 7000);
+    cr_assert(eq(sz, fired_count, 1));
+    cr_assert(eq(u64, fired_log[0].tag, 3));
+}
+
+/* Cancels and reschedules in long runs with no advance between them, over the due array and a few
+ * slots: every removal queued, applied 16 at a time (emptying arrays, compacting them), checked after
+ * each step; the survivors then fire in deadline order, FIFO among equal deadlines. */
+Test(queued, long_runs_of_removals_over_the_due_array_and_slots_keep_order)
+{
+    make(&(struct chime_wheel_config){ CHIME_LAYOUT_MILLISECONDS, .start = 1000 });
+    enum { N = 600 };
+    static chime_id ids[N];
+    static uint64_t due[N];
+    struct rng g = { 11 };
+    for (uintptr_t i = 0; i < N; i++) {
+        due[i] = i % 3 == 0 ? 1000 - i % 7 : 1000 + 1 + i % 5 * 700; /* due now, or 4 slots */
+        cr_assert(eq(int, chime_wheel_schedule(w, due[i], log_fire, TAG(i), &ids[i]), 0));
+    }
+    static bool gone[N];
+    size_t left = N;
+    for (size_t step = 0; step < 2 * N; step++) {
+        size_t i = rng_below(&g, N);
+        if (gone[i])
+            continue;
+        if (rng_below(&g, 3) == 0) { /* to the back of the same deadline's line */
+            cr_assert(eq(int, chime_wheel_reschedule(w, ids[i], due[i]), 0));
+        } else {
+            cr_assert(eq(int, chime_wheel_cancel(w, ids[i]), 0));
+            gone[i] = true;
+            left--;
+        }
+        check();
+    }
+    cr_assert(eq(sz, chime_wheel_pending(w), left));
+    chime_wheel_advance(w, 1000 + 1 + 4 * 700);
+    cr_assert(eq(sz, fired_count, left));
+    for (size_t k = 1; k < fired_count; k++) {
+        uintptr_t a = (uintptr_t)fired_log[k - 1].tag, b = (uintptr_t)fired_log[k].tag;
+        cr_assert(le(u64, due[a] < 1000 ? 1000 : due[a], due[b] < 1000 ? 1000 : due[b]),
+                  "timer %" PRIuPTR " fired after %" PRIuPTR, b, a);
+    }
+}
+
+/* Trim applies the queue first: the arrays of slots that queued cancels emptied go back too. One
+ * timer stays, so the nodes' pages stay and what trim frees is the slots' arrays alone. */
+Test(queued, trim_frees_the_arrays_of_slots_that_queued_cancels_emptied)
+{
+    make_one_per_slot();
+    for (size_t i = 0; i < ONE_PER_SLOT; i++)
+        cr_assert(eq(int, chime_wheel_cancel(w, ids_one_per_slot[i]), 0));
+    size_t freed = chime__wheel_trim(w);
+    cr_assert(eq(sz, freed, (size_t)ONE_PER_SLOT * CHIME__SLOT_MIN * sizeof(uint32_t)),
+              "%zu bytes freed: some of the 20 emptied slots kept their arrays", freed);
+    check();
 }
 
 /* ---- out of memory at every allocation point ---- */

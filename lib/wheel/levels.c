@@ -47,10 +47,12 @@
  * A slot is an array of 32-bit node indices in the order the timers arrived (slot.h), and a node's
  * header holds its deadline and pos, the index of its entry. The array holding the entry follows
  * from the deadline: by I1 it is the slot chime__levels_find computes, unless pos says the due
- * array. So a cancel reads one node, computes the slot from numbers already in cache, and writes one
- * tombstone (CHIME__DEAD) at a known address: no neighbour is touched, and nothing waits on that
- * store. Firing and cascading walk an array front to back, a stream of independent loads, and fetch
- * the nodes a few entries ahead of use so that their cache misses overlap instead of forming a chain.
+ * array. So a cancel reads one node and, from numbers already in cache, finds the slot and writes one
+ * tombstone (CHIME__DEAD) at a known address: no neighbour is touched. Outside an advance that part
+ * is queued and applied sixteen removals at a time, so that nothing waits on the node's cache miss
+ * (removal.c, "deferred removals"); next() looks past the slots the queue would empty. Firing and
+ * cascading walk an array front to back, a stream of independent loads, and fetch the nodes a few
+ * entries ahead of use so that their cache misses overlap instead of forming a chain.
  *
  * INVARIANTS (chime__levels_check() verifies each after every step of the randomised tests)
  *  I1. A live entry in level i, slot s names a node with deadline d such that base(i) <= d <=
@@ -64,14 +66,20 @@
  *      fired, which is unmarked while it fires); summary bit w iff word w is not zero; bit i of
  *      `occupied` iff level i has a set bit. An array with no live entry is emptied (len 0).
  *  I4. Tombstones: a slot's `dead` counts its CHIME__DEAD entries exactly, and outside the array
- *      being fired, dead <= max(2 * live, CHIME__SLOT_MIN_DEAD): len <= 3 * live + 8. The due array's
- *      entries name nodes with deadline <= now and pos = CHIME__POS_DUE | index. Each node is named
- *      by exactly one live entry, and the live count is their number.
+ *      being fired, dead <= max(2 * live, CHIME__SLOT_MIN_DEAD): len <= 3 * live + 8 (live as the
+ *      array counts it, I7). The due array's entries name nodes with deadline <= now and pos =
+ *      CHIME__POS_DUE | index. Each node is named by exactly one live entry, and the live count is
+ *      their number.
  *  I5. Arrays keep arrival order, and cascading walks an array in order and appends: timers with
  *      equal deadlines stay in the order they were scheduled, whatever levels they passed through.
  *  I6. Only between the calls of a bounded advance (the threaded runtime works through a firing storm
  *      in batches) may the due array or a level-0 slot due at now be half fired; the next advance
  *      fires the rest first, from the cursor.
+ *  I7. Removals are queued only while no array is being fired, so the queue is empty whenever one is.
+ *      Each queued removal names a distinct entry that is not a tombstone, whose node no longer
+ *      counts it: I1, I3 and I4 hold for the arrays as if every queued removal had been applied,
+ *      but for the counts, which the application brings up to date (a slot may be marked and hold
+ *      no live entry until then).
  *
  * ADVANCING WITHOUT WALKING EMPTY TIME
  * By I1 and I2 the next thing that can happen is in the lowest occupied level, at its first set bit:
@@ -172,15 +180,7 @@ void chime__levels_destroy(struct chime__levels *L)
     chime__unmap(L->table, L->table_bytes);
 }
 
-/* ---- occupancy and the slow halves of the inline paths ---- */
-
-static void unmark(struct chime__levels *L, unsigned level, uint32_t s)
-{
-    struct chime__level *lv = &L->lv[level];
-    if ((lv->words[s >> 6] &= ~(UINT64_C(1) << (s & 63))) == 0 &&
-        (lv->summary &= ~(UINT64_C(1) << (s >> 6))) == 0)
-        L->occupied &= ~(UINT32_C(1) << level);
-}
+/* ---- the slow halves of the inline paths ---- */
 
 int chime__levels_append_slow(struct chime__levels *L, unsigned level, uint32_t s, uint32_t idx)
 {
@@ -208,67 +208,6 @@ int chime__levels_place_due(struct chime__levels *L, uint32_t idx)
     return 0;
 }
 
-/* Entry idx now sits at index pos of the same array: tell its node. */
-static void moved_in_slot(struct chime__levels *L, uint32_t idx, uint32_t at)
-{
-    uint32_t *pos = chime__node_pos(L, idx);
-    *pos = (*pos & ~CHIME__POS_INDEX) | at;
-}
-
-/*
- * Drop an array's tombstones, keeping the order of the rest; each moved entry's node is told. Two
- * passes without a branch on the entries: tombstones fall where the cancels fell, at random, and a
- * branch on each would be mispredicted about every other entry.
- */
-static void compact(struct chime__levels *L, struct chime__slot *arr)
-{
-    uint32_t first = 0; /* entries before the first tombstone stay where they are */
-    while (first < arr->len && arr->v[first] != CHIME__DEAD)
-        first++;
-    uint32_t keep = first, mark = L->due_mark;
-    bool marked = arr == &L->due && L->due_marked;
-    for (uint32_t i = first; i < arr->len; i++) {
-        uint32_t idx = arr->v[i];
-        if (marked && i == L->due_mark)
-            mark = keep; /* due_mark counts the entries before it: the same ones, moved down */
-        arr->v[keep] = idx;
-        keep += idx != CHIME__DEAD;
-    }
-    for (uint32_t j = first; j < keep; j++)
-        moved_in_slot(L, arr->v[j], j);
-    if (marked)
-        L->due_mark = L->due_mark >= arr->len ? keep : mark;
-    arr->len = keep;
-    arr->dead = 0;
-}
-
-/* Is arr the array an advance is firing (its entries must stay where they are until it is done)? */
-static bool being_fired(const struct chime__levels *L, const struct chime__slot *arr, unsigned level,
-                        uint32_t s)
-{
-    if (L->firing == CHIME__FIRING_DUE)
-        return arr == &L->due;
-    return L->firing == CHIME__FIRING_SLOT && level == 0 && s == L->firing_slot;
-}
-
-void chime__levels_settle(struct chime__levels *L, struct chime__slot *arr, unsigned level,
-                          uint32_t s, uint32_t tombstoned)
-{
-    if (being_fired(L, arr, level, s)) {
-        uint32_t end = L->firing == CHIME__FIRING_DUE ? L->due_end : arr->len;
-        if (tombstoned >= L->cursor && tombstoned < end)
-            L->firing_left--; /* one fewer to fire in this advance */
-        return; /* compacted or freed once the advance has fired it */
-    }
-    if (chime__slot_live(arr) == 0) {
-        chime__slot_clear(arr);
-        if (level < CHIME__LEVELS_MAX)
-            unmark(L, level, s); /* I3: no live entry, no bit */
-    } else if (chime__slot_wants_compaction(arr)) {
-        compact(L, arr);
-    }
-}
-
 /* ---- events ---- */
 
 /* What happens next by I1 and I2: the first occupied slot of the lowest occupied level. */
@@ -291,17 +230,61 @@ static bool next_event(const struct chime__levels *L, struct event *ev)
     return true;
 }
 
+/* The arrays the queued removals name, for counting what each array really holds. */
+struct queued {
+    uint32_t n;
+    const struct chime__slot *arr[CHIME__PENDING];
+};
+
+/* How many entries of arr are queued for removal: the live entries it holds are this fewer. */
+static uint32_t queued_in(const struct queued *q, const struct chime__slot *arr)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < q->n; i++)
+        k += q->arr[i] == arr;
+    return k;
+}
+
+/* As next_event, looking past every slot whose live entries are all queued for removal: a marked
+ * slot counts at least one, so each slot passed takes one of the at most CHIME__PENDING - 1 queued
+ * removals, and the walk stays O(levels + bitmap words + CHIME__PENDING^2), without a write. */
+static bool next_live_event(const struct chime__levels *L, const struct queued *q, struct event *ev)
+{
+    for (uint32_t occ = L->occupied; occ; occ &= occ - 1) {
+        const struct chime__level *lv = &L->lv[chime__ctz32(occ)]; /* occ != 0 */
+        for (uint64_t sum = lv->summary; sum; sum &= sum - 1) {
+            unsigned word = chime__ctz64(sum); /* sum != 0 */
+            for (uint64_t bits = lv->words[word]; bits; bits &= bits - 1) {
+                uint32_t s = word * 64 + chime__ctz64(bits); /* bits != 0 */
+                if (chime__slot_live(&lv->slots[s]) > queued_in(q, &lv->slots[s])) {
+                    ev->level = chime__ctz32(occ);
+                    ev->slot = s;
+                    ev->tick = lv->base + s * lv->span;
+                    return true;
+                }
+            }
+        }
+    }
+    return false;
+}
+
 int chime__levels_next(const struct chime__levels *L, uint64_t *when)
 {
+    struct queued q = { .n = L->npending };
+    for (uint32_t k = 0; k < q.n; k++) { /* none while firing (I7) */
+        uint32_t s;
+        unsigned level = chime__levels_locate(L, L->pending_deadline[k], L->pending_pos[k], &s);
+        q.arr[k] = level == CHIME__LEVELS_MAX ? &L->due : &L->lv[level].slots[s];
+    }
     struct event ev;
-    uint32_t due_live = chime__slot_live(&L->due);
+    uint32_t due_live = chime__slot_live(&L->due) - queued_in(&q, &L->due);
     if (L->firing == CHIME__FIRING_DUE)
         due_live -= L->firing_left;
     if (L->firing_left)
         *when = L->now; /* asked from a callback or between batches: the rest fires now */
     else if (due_live)
         *when = L->due_min; /* <= now: scheduled due, they fire in the next advance */
-    else if (next_event(L, &ev))
+    else if (next_live_event(L, &q, &ev))
         *when = ev.tick;
     else
         return -ENOENT;
@@ -329,7 +312,7 @@ static void undo_cascade(struct chime__levels *L, unsigned from, uint32_t s, str
     }
     for (uint32_t j = 0; j < stop; j++)
         if (src->v[j] != CHIME__DEAD)
-            moved_in_slot(L, src->v[j], j);
+            chime__levels_moved(L, src->v[j], j);
     L->lv[from].slots[s] = *src;
     chime__levels_mark(L, from, s);
 }
@@ -339,7 +322,7 @@ static void undo_cascade(struct chime__levels *L, unsigned from, uint32_t s, str
 static int cascade(struct chime__levels *L, unsigned i, uint32_t s, uint64_t e)
 {
     struct chime__slot src = chime__slot_take(&L->lv[i].slots[s]);
-    unmark(L, i, s);
+    chime__levels_unmark(L, i, s);
     uint64_t bases[CHIME__LEVELS_MAX];
     for (unsigned k = 0; k < i; k++) {
         bases[k] = L->lv[k].base;
@@ -359,7 +342,8 @@ static int cascade(struct chime__levels *L, unsigned i, uint32_t s, uint64_t e)
         if (idx == CHIME__DEAD)
             continue;
         uint32_t t;
-        unsigned k = chime__levels_find_below(L, *chime__node_deadline(L, idx), i, &t); /* in [e, e + span(i)) */
+        /* its deadline is in [e, e + span(i)) */
+        unsigned k = chime__levels_find_below(L, *chime__node_deadline(L, idx), i, &t);
         if (chime__levels_append(L, k, t, idx) != 0) {
             undo_cascade(L, i, s, &src, j, bases);
             return -ENOMEM;
@@ -451,7 +435,7 @@ static void finish_due(struct chime__levels *L)
         if (idx == CHIME__DEAD) {
             dead++;
         } else {
-            moved_in_slot(L, idx, keep);
+            chime__levels_moved(L, idx, keep);
             uint64_t d = *chime__node_deadline(L, idx);
             if (keep == dead || d < L->due_min) /* the first live one resets due_min */
                 L->due_min = d;
@@ -471,7 +455,7 @@ static void start_slot(struct chime__levels *L, uint32_t s)
     L->firing_slot = s;
     L->cursor = 0;
     L->firing_left = chime__slot_live(&L->lv[0].slots[s]);
-    unmark(L, 0, s);
+    chime__levels_unmark(L, 0, s);
 }
 
 /* A level-0 slot has fired whole (callbacks cannot add to it: what they schedule at now is due). */
@@ -497,6 +481,8 @@ size_t chime__levels_advance(struct chime__levels *L, uint64_t now, size_t limit
     *done = false;
     if (now < L->now || L->advancing)
         return 0;
+    if (L->npending)
+        chime__levels_flush(L); /* I7: no removal is queued while an array is being fired */
     L->advancing = true;
     L->advance_to = now;
     size_t fired = 0;
@@ -579,6 +565,8 @@ int chime__levels_move(struct chime__levels *L, uint32_t idx, uint64_t deadline)
 
 size_t chime__levels_trim(struct chime__levels *L)
 {
+    if (L->npending)
+        chime__levels_flush(L); /* the slots they empty can then be freed too */
     size_t freed = 0;
     for (unsigned i = 0; i < L->nlevels; i++) {
         struct chime__level *lv = &L->lv[i];

@@ -68,6 +68,10 @@ typedef int chime__fire_fn(void *ctx, uint32_t idx);
 
 enum chime__firing { CHIME__FIRING_NONE, CHIME__FIRING_DUE, CHIME__FIRING_SLOT };
 
+/* Removals (cancels, the old entries of reschedules) queued before their tombstones are written
+ * together (removal.c, "deferred removals"). */
+#define CHIME__PENDING 16u
+
 struct chime__levels {
     char *nodes;           /* node i's header is at nodes + i * stride; the owner updates it */
     size_t stride;
@@ -102,6 +106,11 @@ struct chime__levels {
      * finding a level reads one or two cache lines. */
     uint64_t limit[CHIME__LEVELS_MAX];
     struct chime__level lv[CHIME__LEVELS_MAX];
+    /* Removals not yet applied (removal.c, "deferred removals"): the deadline and position word each
+     * node had when it was cancelled. Only while no array is being fired (I7). */
+    uint32_t npending;
+    uint32_t pending_pos[CHIME__PENDING];
+    uint64_t pending_deadline[CHIME__PENDING];
 };
 
 /*
@@ -191,6 +200,31 @@ static inline void chime__levels_mark(struct chime__levels *L, unsigned level, u
     L->occupied |= UINT32_C(1) << level;
 }
 
+/* Clear the occupancy bits of a slot that has just become empty (I3). */
+static inline void chime__levels_unmark(struct chime__levels *L, unsigned level, uint32_t s)
+{
+    struct chime__level *lv = &L->lv[level];
+    if ((lv->words[s >> 6] &= ~(UINT64_C(1) << (s & 63))) == 0 &&
+        (lv->summary &= ~(UINT64_C(1) << (s >> 6))) == 0)
+        L->occupied &= ~(UINT32_C(1) << level);
+}
+
+/* Node idx's entry now sits at index `at` of the same array: tell its node. */
+static inline void chime__levels_moved(struct chime__levels *L, uint32_t idx, uint32_t at)
+{
+    uint32_t *pos = chime__node_pos(L, idx);
+    *pos = (*pos & ~CHIME__POS_INDEX) | at;
+}
+
+/* Where the entry of a node whose header reads (deadline, pos) is: return its level, or
+ * CHIME__LEVELS_MAX for the due array, and its slot in *s (0 for the due array). */
+static inline unsigned chime__levels_locate(const struct chime__levels *L, uint64_t deadline,
+                                            uint32_t pos, uint32_t *s)
+{
+    *s = 0;
+    return pos & CHIME__POS_DUE ? CHIME__LEVELS_MAX : chime__levels_find_held(L, deadline, s);
+}
+
 /* Append node idx to slot s of a level, writing its position (keeping the owner bit).
  * Return: 0, or -ENOMEM (nothing changed). */
 static inline int chime__levels_append(struct chime__levels *L, unsigned level, uint32_t s,
@@ -232,35 +266,32 @@ static inline void chime__levels_add(struct chime__levels *L)
     L->live++;
 }
 
+/* Out-of-line halves of chime__levels_remove_at. */
+void chime__levels_remove_now(struct chime__levels *L, uint64_t deadline, uint32_t pos);
+void chime__levels_flush(struct chime__levels *L);
+
 /*
- * Tombstone the entry of a node whose header read (deadline, pos) when it was placed: one store (or,
- * for the newest entry, none: the array just gets shorter). The array is compacted when tombstones
- * outnumber its live entries, and emptied when none is left, so that an empty slot never looks
- * occupied. Not counted out of live: see chime__levels_sub.
+ * Remove the entry of a node whose header read (deadline, pos) when it was placed. Outside an
+ * advance the removal is queued, and applied with the next CHIME__PENDING - 1 others (or by the
+ * next advance, trim or flush; next looks past them): only two stores in cache wait for the node's
+ * cache miss, where finding its slot and writing its tombstone would hold up the caller's next
+ * operations (removal.c, "deferred removals"). While an array is being fired it is applied at once:
+ * a tombstone (or, for the newest entry, a shorter array), compaction when tombstones outnumber the
+ * live entries, and an array with no live entry emptied, so that an empty slot never looks
+ * occupied. Not counted out of live: see chime__levels_sub. O(1) amortised.
  */
 static inline void chime__levels_remove_at(struct chime__levels *L, uint64_t deadline, uint32_t pos)
 {
-    struct chime__slot *arr;
-    unsigned level = CHIME__LEVELS_MAX; /* the due array */
-    uint32_t s = 0;
-    if (pos & CHIME__POS_DUE) {
-        arr = &L->due;
-    } else {
-        level = chime__levels_find_held(L, deadline, &s);
-        arr = &L->lv[level].slots[s];
+    if (L->firing != CHIME__FIRING_NONE) {
+        chime__levels_remove_now(L, deadline, pos);
+        return;
     }
-    uint32_t at = pos & CHIME__POS_INDEX;
-    if (at + 1 == arr->len && L->firing == CHIME__FIRING_NONE) {
-        arr->len--; /* the newest entry: no tombstone needed */
-    } else {
-        arr->v[at] = CHIME__DEAD;
-        arr->dead++;
-    }
-    /* One branch, almost never taken; the three conditions evaluated without branches of their own
-     * (which came out mispredicted on one cancel in six). */
-    if ((unsigned)(chime__slot_live(arr) == 0) | (unsigned)chime__slot_wants_compaction(arr) |
-        (unsigned)(L->firing != CHIME__FIRING_NONE))
-        chime__levels_settle(L, arr, level, s, at);
+    uint32_t n = L->npending;
+    L->pending_deadline[n] = deadline;
+    L->pending_pos[n] = pos;
+    L->npending = n + 1;
+    if (n + 1 == CHIME__PENDING)
+        chime__levels_flush(L);
 }
 
 /* Tombstone node idx's entry (a cancel). */
@@ -306,20 +337,22 @@ static inline void chime__levels_sub(struct chime__levels *L)
  */
 size_t chime__levels_advance(struct chime__levels *L, uint64_t now, size_t limit, bool *done);
 
-/* The next time anything happens (see chime_wheel_next). Return: 0, or -ENOENT if nothing is held. */
+/* The next time anything happens (see chime_wheel_next), looking past the slots that queued removals
+ * empty (without applying them). Return: 0, or -ENOENT if nothing is held. */
 int chime__levels_next(const struct chime__levels *L, uint64_t *when);
 
-/* Walk everything and verify the invariants (levels_check.c). nodes_limit: indices below it are
- * nodes. Return: NULL, or a static description of the first that fails. O(live + dead + bitmap words). */
+/* Walk everything and verify the invariants (levels_check.c), the queued removals included (it does
+ * not apply them). nodes_limit: indices below it are nodes. Return: NULL, or a static description
+ * of the first that fails. O(live + dead + bitmap words). */
 const char *chime__levels_check(const struct chime__levels *L, uint32_t nodes_limit);
 
 /* Walk every slot of every level, bits clear included: nothing held where no bit says so.
  * O(total slots): for tests, every few thousand steps. */
 const char *chime__levels_check_slots(const struct chime__levels *L);
 
-/* Free the arrays of empty slots (an empty slot keeps its array for the next timers that land there,
- * so a slot that fills and fires every second does not go back to the allocator each time).
- * Return: bytes freed. O(total slots). */
+/* Apply the queued removals, then free the arrays of empty slots (an empty slot keeps its array for
+ * the next timers that land there, so a slot that fills and fires every second does not go back to
+ * the allocator each time). Return: bytes freed. O(total slots). */
 size_t chime__levels_trim(struct chime__levels *L);
 
 #endif /* CHIME_WHEEL_LEVELS_H */

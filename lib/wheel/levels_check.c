@@ -13,8 +13,44 @@
             return msg;  \
     } while (0)
 
-/* Walk one array: tombstones counted, every live entry names a node that says it is here. */
-static const char *check_array(const struct chime__levels *L, const struct chime__slot *a,
+/* The queued removals (I7), located: the array and index each names. */
+struct queued {
+    uint32_t n;
+    const struct chime__slot *arr[CHIME__PENDING];
+    uint32_t at[CHIME__PENDING];
+    uint32_t found; /* entries the walk found named by one */
+};
+
+static void locate_queued(const struct chime__levels *L, struct queued *q)
+{
+    q->n = L->npending < CHIME__PENDING ? L->npending : CHIME__PENDING;
+    q->found = 0;
+    for (uint32_t k = 0; k < q->n; k++) {
+        uint32_t pos = L->pending_pos[k], s;
+        unsigned level = pos & CHIME__POS_DUE ? 0 : chime__levels_find_held(L, L->pending_deadline[k], &s);
+        q->arr[k] = pos & CHIME__POS_DUE ? &L->due : &L->lv[level].slots[s];
+        q->at[k] = pos & CHIME__POS_INDEX;
+    }
+}
+
+/* Is entry j of a named by a queued removal? */
+static bool queued_at(const struct queued *q, const struct chime__slot *a, uint32_t j)
+{
+    for (uint32_t k = 0; k < q->n; k++)
+        if (q->arr[k] == a && q->at[k] == j)
+            return true;
+    return false;
+}
+
+/* Is entry j of a live: neither a tombstone nor queued for removal? */
+static bool live_entry(const struct queued *q, const struct chime__slot *a, uint32_t j)
+{
+    return a->v[j] != CHIME__DEAD && !queued_at(q, a, j);
+}
+
+/* Walk one array: tombstones counted, every live entry names a node that says it is here, every
+ * entry a queued removal names found (and not a tombstone). */
+static const char *check_array(const struct chime__levels *L, struct queued *q, const struct chime__slot *a,
                                uint32_t pos_bits, uint32_t nodes_limit, size_t *live)
 {
     uint32_t dead = 0;
@@ -23,6 +59,10 @@ static const char *check_array(const struct chime__levels *L, const struct chime
         uint32_t idx = a->v[j];
         if (idx == CHIME__DEAD) {
             dead++;
+            continue;
+        }
+        if (queued_at(q, a, j)) {
+            q->found++;
             continue;
         }
         CHECK(idx < nodes_limit, "entry names no node");
@@ -41,9 +81,16 @@ const char *chime__levels_check(const struct chime__levels *L, uint32_t nodes_li
     bool mid_advance = L->advancing || L->partial;
     if (!mid_advance)
         CHECK(L->firing == CHIME__FIRING_NONE, "an array is being fired outside advance");
+    CHECK(L->npending < CHIME__PENDING, "removal queue full: it should have been applied");
+    CHECK(L->npending == 0 || L->firing == CHIME__FIRING_NONE, "removals queued while firing (I7)");
+    struct queued q;
+    locate_queued(L, &q);
+    for (uint32_t k = 0; k < q.n; k++)
+        for (uint32_t m = 0; m < k; m++)
+            CHECK(q.arr[k] != q.arr[m] || q.at[k] != q.at[m], "two queued removals of one entry");
 
     const struct chime__slot *due = &L->due;
-    if ((err = check_array(L, due, CHIME__POS_DUE, nodes_limit, &live)))
+    if ((err = check_array(L, &q, due, CHIME__POS_DUE, nodes_limit, &live)))
         return err;
     if (L->firing != CHIME__FIRING_DUE) {
         CHECK(due->len == 0 || chime__slot_live(due) || L->firing == CHIME__FIRING_DUE,
@@ -51,7 +98,7 @@ const char *chime__levels_check(const struct chime__levels *L, uint32_t nodes_li
         CHECK(!chime__slot_wants_compaction(due), "due array not compacted");
     }
     for (uint32_t j = 0; j < due->len; j++) {
-        if (due->v[j] == CHIME__DEAD)
+        if (!live_entry(&q, due, j))
             continue;
         uint64_t d = *chime__node_deadline(L, due->v[j]);
         CHECK(d <= L->now, "due timer not due");
@@ -72,12 +119,12 @@ const char *chime__levels_check(const struct chime__levels *L, uint32_t nodes_li
                 uint32_t s = word * 64 + chime__ctz64(bits); /* bits != 0 */
                 CHECK(s < lv->nslots, "bit set beyond the last slot");
                 const struct chime__slot *sl = &lv->slots[s];
-                if ((err = check_array(L, sl, 0, nodes_limit, &live)))
+                if ((err = check_array(L, &q, sl, 0, nodes_limit, &live)))
                     return err;
                 CHECK(chime__slot_live(sl) > 0, "slot bit set on a slot with no timer");
                 CHECK(!chime__slot_wants_compaction(sl), "slot holds more tombstones than allowed");
                 for (uint32_t j = 0; j < sl->len; j++) {
-                    if (sl->v[j] == CHIME__DEAD)
+                    if (!live_entry(&q, sl, j))
                         continue;
                     uint64_t d = *chime__node_deadline(L, sl->v[j]);
                     CHECK(d > L->now || (mid_advance && d == L->now && i == 0), "timer in the wheel is due");
@@ -93,7 +140,7 @@ const char *chime__levels_check(const struct chime__levels *L, uint32_t nodes_li
     if (L->firing == CHIME__FIRING_SLOT) { /* out of the bitmap while it fires (I6) */
         const struct chime__slot *sl = &L->lv[0].slots[L->firing_slot];
         CHECK(!(L->lv[0].words[L->firing_slot >> 6] >> (L->firing_slot & 63) & 1), "firing slot marked");
-        if ((err = check_array(L, sl, 0, nodes_limit, &live)))
+        if ((err = check_array(L, &q, sl, 0, nodes_limit, &live)))
             return err;
         for (uint32_t j = 0; j < sl->len; j++)
             CHECK(sl->v[j] == CHIME__DEAD || *chime__node_deadline(L, sl->v[j]) == L->now,
@@ -111,6 +158,7 @@ const char *chime__levels_check(const struct chime__levels *L, uint32_t nodes_li
     } else {
         CHECK(L->firing_left == 0, "firing_left set outside firing");
     }
+    CHECK(q.found == q.n, "a queued removal names no entry of a marked array");
     CHECK(live == L->live, "live count wrong");
     return NULL;
 }
