@@ -34,9 +34,13 @@ static const char *tap_current_name;
         }                                                                                         \
     } while (0)
 
+/* Each side evaluated once: a call with effects (a cancel) must not run again to print its value. */
 #define CHECK_EQ(got, want)                                                                       \
-    CHECK((long long)(got) == (long long)(want), "got %lld, want %lld", (long long)(got),         \
-          (long long)(want))
+    do {                                                                                          \
+        long long check_got_ = (long long)(got), check_want_ = (long long)(want);                 \
+        CHECK(check_got_ == check_want_, "%s: got %lld, want %lld", #got " == " #want, check_got_, \
+              check_want_);                                                                       \
+    } while (0)
 
 /* A hang is a failure with a name: a test still running after CHIME_TEST_WATCHDOG seconds (default
  * 300, far beyond any test's run even under valgrind) is reported "not ok" and the program ends. It
