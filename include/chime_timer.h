@@ -115,8 +115,10 @@ CHIME_API int chime_timer_schedule_at(chime_timer *t, uint64_t deadline_ns, chim
 /*
  * Schedule fn(arg) at now + first_delay_ns and then every period_ns (rounded up to whole ticks)
  * until cancelled, without drift. A run never overlaps the previous run of the same timer: with
- * workers, a boundary that comes while the last run is still going is skipped. Under
- * CHIME_STOP_DRAIN a periodic timer is not waited for: it goes to on_unfired.
+ * workers, a boundary that comes while the last run is still going is skipped. A timer whose next
+ * boundary would pass the clock's range (2^64 ticks) ends at its last one, as a one-shot timer does
+ * (fired; if that boundary is skipped, once the run still going is over). Under CHIME_STOP_DRAIN a
+ * periodic timer is not waited for: it goes to on_unfired.
  * Return: as chime_timer_schedule; -EINVAL also if period_ns is 0.
  * Complexity and thread safety: as chime_timer_schedule.
  */

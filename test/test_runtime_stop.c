@@ -282,6 +282,45 @@ static void a_periodic_run_waiting_for_a_worker_is_withdrawn_by_cancel_and_resch
     chime_timer_free(t);
 }
 
+static _Atomic int unfired_count;
+
+static void count_unfired(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&unfired_count, 1);
+}
+
+/* Found in review: a periodic timer whose next boundary would pass 2^64 ticks while its last run was
+ * still going was taken out of the wheel but stayed pending, holding its record, until a cancel or
+ * stop. Its schedule has ended: it must end (counted fired) once that run is over. With a 1 ns tick,
+ * the injected clock reaches the last ticks there are. */
+static void a_periodic_timer_whose_run_overlaps_its_last_boundary_ends_when_the_run_does(void)
+{
+    const uint64_t now0 = UINT64_MAX - 1000;
+    struct chime_timer_config c = { .workers = 1, .tick_ns = 1 };
+    chime_timer *t = start(&c, now0);
+    atomic_store(&slow_started, 0);
+    atomic_store(&slow_released, 0);
+    atomic_store(&slow_finished, 0);
+    chime_id id;
+    /* Boundaries at now0 + 100 and now0 + 700; the next, now0 + 1300, is past 2^64 - 1. */
+    CHECK_EQ(chime_timer_schedule_every(t, 100, 600, slow_callback, NULL, &id), 0); /* delays */
+    set_time(t, now0 + 100);
+    while (!atomic_load(&slow_started))
+        sched_yield();
+    set_time(t, now0 + 700); /* the last boundary, while the first run holds the only worker */
+    atomic_store(&slow_released, 1);
+    while (!atomic_load(&slow_finished))
+        sched_yield();
+    chime__timer_sync(t); /* the run's end reaches the advancing thread */
+    CHECK_EQ(chime_timer_cancel(t, id), -ENOENT);
+    expect_stats(t, 1, 1, 0, 0);
+    atomic_store(&unfired_count, 0);
+    CHECK_EQ(chime_timer_stop(t, CHIME_STOP_NOW, count_unfired), 0);
+    CHECK_EQ(atomic_load(&unfired_count), 0); /* it had ended: nothing left to hand over */
+    chime_timer_free(t);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -292,6 +331,7 @@ int main(void)
         { "with workers a slow callback does not hold up the clock", with_workers_a_slow_callback_does_not_hold_up_the_clock },
         { "a periodic run never overlaps the previous one", a_periodic_run_never_overlaps_the_previous_one },
         { "a periodic run waiting for a worker is withdrawn by cancel and reschedule", a_periodic_run_waiting_for_a_worker_is_withdrawn_by_cancel_and_reschedule },
+        { "a periodic timer whose run overlaps its last boundary ends when the run does", a_periodic_timer_whose_run_overlaps_its_last_boundary_ends_when_the_run_does },
     };
     return tap_run(tests, (int)(sizeof(tests) / sizeof(tests[0])));
 }

@@ -127,6 +127,11 @@ static void fire_runs_drops_or_skips_by_the_state_it_finds(void)
     set(PENDING | KNOWN | PER);
     CHECK_EQ(chime__state_fire(&word, true), CHIME__FIRE_RUN); /* its last firing ends it */
     EXPECT_WORD(LIFE(PENDING, CHIME__LIFE_DONE) | KNOWN | PER);
+    set(PENDING | KNOWN | PER | RUN); /* its last boundary (the next passes 2^64) while a run is out */
+    CHECK_EQ(chime__state_fire(&word, true), CHIME__FIRE_END);
+    EXPECT_WORD(LIFE(PENDING, CHIME__LIFE_DONE) | KNOWN | PER | RUN); /* ended; the run goes on */
+    CHECK(chime__state_finish_run(&word), "the ended timer's run end did not queue it");
+    EXPECT_WORD(LIFE(PENDING, CHIME__LIFE_DONE) | KNOWN | PER | Q);
     const uint64_t drop[] = { PENDING | KNOWN | R | Q, PENDING | KNOWN | PER | RUN | E,
                               LIFE(PENDING, CHIME__LIFE_CANCELLED) | KNOWN | Q,
                               LIFE(PENDING, CHIME__LIFE_DONE) | KNOWN };

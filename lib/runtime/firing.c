@@ -231,6 +231,8 @@ int chime__timer_fire(void *ctx, uint32_t idx)
         chime__levels_sub(&t->L);
         rec->pos = CHIME__REC_UNPLACED;
     }
+    if (outcome == CHIME__FIRE_END)
+        chime__stats_add(&t->stats.fired); /* ended by its schedule: its last run's finish_run queues it */
     if (outcome != CHIME__FIRE_RUN)
         return 0; /* cancelled or ended (queued: apply gives it back), or rescheduled (apply places it) */
     const struct chime__rec_call *call = chime__records_call(&t->recs, idx);

@@ -35,6 +35,7 @@
  *     reschedule_end    producer     W                           -W; push unless Q was set at begin
  *     apply             advancing    popped, no W                -Q -R +KNOWN; then place, move or give back
  *     fire              advancing    PENDING, no R, RUN, E       one-shot (or last): DONE; periodic: +RUN +P
+ *     fire (end)        advancing    PENDING +RUN, no R, E       the last boundary: DONE, RUN kept
  *     start_run         runner       RUN +P                      -P (or the run is skipped: withdrawn)
  *     finish_run        runner       RUN                         -RUN -P; +Q and push if it ended meanwhile
  *     claim             advancing    PENDING                     DONE (stop's sweep, a drained periodic)
@@ -204,11 +205,15 @@ enum chime__fire {
                          deadline is queued and apply places it) */
     CHIME__FIRE_SKIP, /* a periodic timer whose last run is still going: skip this boundary */
     CHIME__FIRE_RUN,  /* it fires: a one-shot timer is DONE, a periodic run is handed out (RUN, P) */
+    CHIME__FIRE_END,  /* a periodic timer's last boundary while its last run is still going: DONE,
+                         with RUN kept; the run's finish_run queues it, and apply gives it back */
 };
 
 /*
  * fire: the levels' entry for this record came due. PENDING without R, RUN or E -> DONE (a one-shot
  * timer, or a periodic one's last firing) or +RUN +P (a periodic run; the timer stays PENDING).
+ * With RUN (a periodic run still going): not the last boundary -> nothing (skipped); the last one
+ * (the next would pass 2^64 ticks) -> DONE with RUN kept, since no boundary is left to fire at.
  * relaxed: the CAS is the decision (cancel races on the same word); what the firing thread then
  * reads (deadline_ns, the callback) it acquired when it applied the record.
  */
@@ -219,13 +224,13 @@ static inline enum chime__fire chime__state_fire(_Atomic uint64_t *st, bool last
     do {
         if (chime__life(s) != CHIME__LIFE_PENDING || (s & (CHIME__ST_R | CHIME__ST_E)))
             return CHIME__FIRE_DROP;
-        if (s & CHIME__ST_RUN)
+        if ((s & CHIME__ST_RUN) && !last)
             return CHIME__FIRE_SKIP;
         ns = (s & CHIME__ST_PERIODIC) && !last ? s | CHIME__ST_RUN | CHIME__ST_P
                                                : (s & ~CHIME__ST_LIFE) | CHIME__LIFE_DONE;
     } while (!atomic_compare_exchange_weak_explicit(st, &s, ns, memory_order_relaxed,
                                                     memory_order_relaxed));
-    return CHIME__FIRE_RUN;
+    return s & CHIME__ST_RUN ? CHIME__FIRE_END : CHIME__FIRE_RUN;
 }
 
 /* start_run: a periodic run is about to start: clear P. Return: false if it was withdrawn (a cancel
