@@ -1,0 +1,320 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The durable store's API across its lifetime (include/chime.h, "Durable timers"): restarts, far
+ * timers kept on disk, bad input and bad configurations, a second opener, close from and during a
+ * handler, the rate limit, and a firing cut short by the process ending. test_store.c has the rules
+ * of firing, replacing, cancelling, retries and dead letters. A plain TAP program (tap.h).
+ */
+#include "store_api.h"
+
+#include "store/backend.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+static int ignore_dead(void *ctx, const struct chime_fire *d)
+{
+    (void)ctx;
+    (void)d;
+    return 0;
+}
+
+static void pending_timers_survive_close_and_fire_after_reopen(void)
+{
+    fresh();
+    atomic_store(&fake_offset, 0);
+    chime__store_set_clock(fake_wall); /* so that nothing is due until the test says so */
+    struct chime_store_config cfg = { .sync = CHIME_SYNC_INTERVAL };
+    chime_store *s = open_store(&cfg);
+    uint64_t due = fake_wall() + 600 * SEC;
+    for (int i = 0; i < 100; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "t%d", i);
+        CHECK_EQ(put(s, key, "later", due + (uint64_t)i * MS), 0);
+    }
+    CHECK_EQ(cancel(s, "t7"), 0);
+    CHECK_EQ(chime_store_sync(s), 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    CHECK_EQ(recorder_count(&rec), 0);
+    s = open_store(&cfg);
+    chime__store_set_clock(NULL);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 99);
+    CHECK_EQ(st.loaded, 99);
+    fake_step(s, (int64_t)(700 * SEC)); /* ten minutes on: all due */
+    recorder_wait(&rec, 99);
+    store_wait_idle(s);
+    CHECK_EQ(recorder_count(&rec), 99);
+    CHECK_EQ(recorder_count_key(&rec, "t7"), 0);
+    CHECK(!atomic_load(&rec.early), "a handler ran before its due time");
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static void far_timers_stay_on_disk_until_they_come_within_the_horizon(void)
+{
+    fresh();
+    chime_store *s = open_store(NULL);
+    uint64_t now = wall_ns();
+    CHECK_EQ(put(s, "next-week", "x", now + 7 * 24 * 3600 * SEC), 0);
+    CHECK_EQ(put(s, "soon", "x", now + 10 * SEC), 0);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 2);
+    CHECK_EQ(st.loaded, 1);
+    /* A cold key is found exactly: replaced, then cancelled. */
+    CHECK_EQ(put(s, "next-week", "y", now + 8 * 24 * 3600 * SEC), 0);
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 2);
+    CHECK_EQ(cancel(s, "next-week"), 0);
+    CHECK_EQ(cancel(s, "next-week"), -ENOENT);
+    CHECK_EQ(chime_store_close(s), 0);
+    s = open_store(NULL);
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 1);
+    CHECK_EQ(cancel(s, "soon"), 0);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static void bad_input_is_einval_and_writes_nothing(void)
+{
+    fresh();
+    chime_store *s = open_store(NULL);
+    char big[CHIME_STORE_PAYLOAD_MAX + 1];
+    memset(big, 'x', sizeof big);
+    CHECK_EQ(chime_store_put(NULL, "k", 1, "p", 1, 0), -EINVAL);
+    CHECK_EQ(chime_store_put(s, NULL, 1, "p", 1, 0), -EINVAL);
+    CHECK_EQ(chime_store_put(s, "k", 0, "p", 1, 0), -EINVAL);
+    CHECK_EQ(chime_store_put(s, big, CHIME_STORE_KEY_MAX + 1, "p", 1, 0), -EINVAL);
+    CHECK_EQ(chime_store_put(s, "k", 1, NULL, 1, 0), -EINVAL);
+    CHECK_EQ(chime_store_put(s, "k", 1, "p", 0, 0), -EINVAL);
+    CHECK_EQ(chime_store_put(s, "k", 1, big, CHIME_STORE_PAYLOAD_MAX + 1, 0), -EINVAL);
+    CHECK_EQ(chime_store_cancel(NULL, "k", 1), -EINVAL);
+    CHECK_EQ(chime_store_cancel(s, NULL, 1), -EINVAL);
+    CHECK_EQ(chime_store_cancel(s, "k", 0), -EINVAL);
+    CHECK_EQ(chime_store_cancel(s, big, CHIME_STORE_KEY_MAX + 1), -EINVAL);
+    CHECK_EQ(chime_store_dead_requeue(s, NULL, 1, 0), -EINVAL);
+    CHECK_EQ(chime_store_dead_drop(s, "k", 0), -EINVAL);
+    CHECK_EQ(chime_store_dead_list(s, NULL, NULL), -EINVAL);
+    CHECK_EQ(chime_store_dead_list(NULL, ignore_dead, NULL), -EINVAL);
+    CHECK_EQ(chime_store_sync(NULL), -EINVAL);
+    CHECK_EQ(chime_store_close(NULL), -EINVAL);
+    /* the limits themselves are accepted */
+    CHECK_EQ(chime_store_put(s, big, CHIME_STORE_KEY_MAX, big, CHIME_STORE_PAYLOAD_MAX,
+                             wall_ns() + 3600 * SEC), 0);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 1);
+    CHECK_EQ(chime_store_close(s), 0);
+    s = open_store(NULL);
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 1);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static void open_rejects_bad_arguments(void)
+{
+    fresh();
+    chime_store *s = NULL;
+    struct chime_store_config cfg = { .path = dir };
+    CHECK_EQ(chime_store_open(NULL, &cfg, recorder_handler, &rec), -EINVAL);
+    CHECK_EQ(chime_store_open(&s, NULL, recorder_handler, &rec), -EINVAL);
+    CHECK_EQ(chime_store_open(&s, &cfg, NULL, &rec), -EINVAL);
+    struct chime_store_config nopath = { .path = NULL };
+    CHECK_EQ(chime_store_open(&s, &nopath, recorder_handler, &rec), -EINVAL);
+    struct chime_store_config badsync = { .path = dir, .sync = 7 };
+    CHECK_EQ(chime_store_open(&s, &badsync, recorder_handler, &rec), -EINVAL);
+    struct chime_store_config badruntime = { .path = dir, .runtime = { .workers = 100000 } };
+    CHECK_EQ(chime_store_open(&s, &badruntime, recorder_handler, &rec), -EINVAL);
+    CHECK(s == NULL, "out touched on error");
+    struct chime_store_config notadir = { .path = "/dev/null/x" };
+    CHECK_EQ(chime_store_open(&s, &notadir, recorder_handler, &rec), -ENOTDIR);
+}
+
+static void a_second_opener_of_the_directory_gets_ebusy(void)
+{
+    fresh();
+    chime_store *s = open_store(NULL);
+    chime_store *t = NULL;
+    struct chime_store_config cfg = { .path = dir };
+    CHECK_EQ(chime_store_open(&t, &cfg, recorder_handler, &rec), -EBUSY);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) { /* another process */
+        int err = chime_store_open(&t, &cfg, recorder_handler, &rec);
+        _exit(err == -EBUSY ? 0 : 1);
+    }
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status), "child");
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    s = open_store(NULL); /* closed: the directory is free again */
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static chime_store *self;
+static _Atomic int close_result = 1, put_after_close = 1;
+
+static int64_t close_from_handler(struct recorder *r, const struct chime_fire *f)
+{
+    (void)r;
+    (void)f;
+    atomic_store(&close_result, chime_store_close(self));
+    return 0;
+}
+
+static void close_from_a_handler_is_edeadlk(void)
+{
+    fresh();
+    rec.reply = close_from_handler;
+    self = open_store(NULL);
+    CHECK_EQ(put(self, "k", "x", 0), 0);
+    recorder_wait(&rec, 1);
+    CHECK_EQ(atomic_load(&close_result), -EDEADLK);
+    CHECK_EQ(chime_store_close(self), 0);
+}
+
+static int64_t put_until_shutdown(struct recorder *r, const struct chime_fire *f)
+{
+    (void)r;
+    (void)f;
+    int err;
+    while ((err = chime_store_put(self, "again", 5, "x", 1, wall_ns() + 3600 * SEC)) == 0)
+        sleep_ms(1); /* close sets its flag, then waits for this handler: it will see it */
+    atomic_store(&put_after_close, err);
+    return 0;
+}
+
+static void a_handler_running_during_close_gets_eshutdown(void)
+{
+    fresh();
+    rec.reply = put_until_shutdown;
+    struct chime_store_config cfg = { .runtime = { .workers = 1 } };
+    self = open_store(&cfg);
+    CHECK_EQ(put(self, "k", "x", 0), 0);
+    while (atomic_load(&self->running) == 0) /* the handler has started */
+        sleep_ms(1);
+    CHECK_EQ(chime_store_close(self), 0);
+    CHECK_EQ(atomic_load(&put_after_close), -ESHUTDOWN);
+}
+
+static void the_rate_limit_bounds_handler_starts_over_any_interval(void)
+{
+    fresh();
+    const uint64_t rate = 20;
+    const size_t n = 24;
+    struct chime_store_config cfg = { .max_fires_per_s = rate };
+    uint64_t opened = wall_ns(); /* the bucket starts with one token when the store opens */
+    chime_store *s = open_store(&cfg);
+    for (size_t i = 0; i < n; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "r%zu", i);
+        CHECK_EQ(put(s, key, "x", 0), 0);
+    }
+    recorder_wait(&rec, n);
+    CHECK_EQ(chime_store_close(s), 0);
+    /* The k-th start (from 1) happened when k tokens had been taken: at most 1 (the capacity, for
+     * this rate) plus rate per second since open. Slowness only makes starts later. */
+    uint64_t starts[24];
+    for (size_t i = 0; i < n; i++)
+        starts[i] = rec.f[i].at_wall;
+    for (size_t i = 1; i < n; i++) /* sort: workers may record out of order */
+        for (size_t k = i; k && starts[k] < starts[k - 1]; k--) {
+            uint64_t t = starts[k];
+            starts[k] = starts[k - 1];
+            starts[k - 1] = t;
+        }
+    for (size_t k = 1; k <= n; k++) /* k starts by starts[k-1]: at most 1 + rate * elapsed */
+        CHECK((k - 1) * SEC <= rate * (starts[k - 1] - opened), "start %zu came %.3f s after open",
+              k, (double)(starts[k - 1] - opened) / 1e9);
+}
+
+static int64_t die_in_handler(void *ctx, const struct chime_fire *f)
+{
+    (void)ctx;
+    (void)f;
+    crash_now(); /* the process ends while the handler runs: its firing is recorded */
+    return 0;
+}
+
+static void a_firing_cut_by_the_process_ending_fires_again_with_attempt_plus_one(void)
+{
+    fresh();
+    fflush(stdout);
+    pid_t pid = fork(); /* the parent opens nothing before: the child starts its threads alone */
+    if (pid == 0) {
+        struct chime_store_config cfg = { .path = dir };
+        chime_store *s;
+        if (chime_store_open(&s, &cfg, die_in_handler, NULL) != 0 ||
+            chime_store_put(s, "order-9", 7, "unpaid", 6, 0) != 0)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    close(fds[1]); /* no log: reap_child only waits for the child, and kills it once it stops */
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0;
+    CHECK_EQ(reap_child(pid, fds[0], &buf, &len, &cap), 1);
+    close(fds[0]);
+    free(buf);
+    chime_store *s = open_store(NULL);
+    recorder_wait(&rec, 1);
+    store_wait_idle(s);
+    CHECK_EQ(recorder_count(&rec), 1);
+    CHECK(strcmp(rec.f[0].key, "order-9") == 0 && strcmp(rec.f[0].payload, "unpaid") == 0, "key");
+    CHECK_EQ(rec.f[0].attempt, 2);
+    CHECK_EQ(chime_store_close(s), 0);
+    s = open_store(NULL); /* acknowledged now: gone for good */
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 0);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static void a_firing_the_dispatcher_took_is_not_cancelled_before_the_backend_marks_it(void)
+{
+    /* The dispatcher marks a timer FIRING in the table, then asks the backend to record the firing:
+     * a cancel in between must not cancel it (the handler is about to start). The logic passes the
+     * version it is firing, and the backend refuses to cancel exactly that one. */
+    fresh();
+    struct chime_store_config cfg = { .path = dir };
+    static const struct chime__sink none = { NULL, NULL, NULL, NULL };
+    struct chime__backend *b;
+    CHECK_EQ(chime__journal_ops.open(&b, &cfg, &none), 0);
+    struct chime__put p = { "k", 1, "x", 1, wall_ns() + 3600 * SEC, 0, 0, 0 };
+    struct chime__put_result res;
+    struct chime__ref victim;
+    uint64_t ticket;
+    CHECK_EQ(chime__journal_ops.put(b, &p, &res, &ticket), 0);
+    CHECK_EQ(chime__journal_ops.cancel(b, "k", 1, res.ref.version, &victim, &ticket), -EINPROGRESS);
+    CHECK_EQ(chime__journal_ops.cancel(b, "k", 1, res.ref.version + 1, &victim, &ticket), 0);
+    CHECK_EQ(victim.version, res.ref.version);
+    CHECK_EQ(chime__journal_ops.cancel(b, "k", 1, 0, &victim, &ticket), -ENOENT);
+    CHECK_EQ(chime__journal_ops.close(b), 0);
+}
+
+static const struct tap_test tests[] = {
+    { "pending_timers_survive_close_and_fire_after_reopen",
+      pending_timers_survive_close_and_fire_after_reopen },
+    { "far_timers_stay_on_disk_until_they_come_within_the_horizon",
+      far_timers_stay_on_disk_until_they_come_within_the_horizon },
+    { "bad_input_is_einval_and_writes_nothing", bad_input_is_einval_and_writes_nothing },
+    { "open_rejects_bad_arguments", open_rejects_bad_arguments },
+    { "a_second_opener_of_the_directory_gets_ebusy", a_second_opener_of_the_directory_gets_ebusy },
+    { "close_from_a_handler_is_edeadlk", close_from_a_handler_is_edeadlk },
+    { "a_handler_running_during_close_gets_eshutdown",
+      a_handler_running_during_close_gets_eshutdown },
+    { "the_rate_limit_bounds_handler_starts_over_any_interval",
+      the_rate_limit_bounds_handler_starts_over_any_interval },
+    { "a_firing_cut_by_the_process_ending_fires_again_with_attempt_plus_one",
+      a_firing_cut_by_the_process_ending_fires_again_with_attempt_plus_one },
+    { "a_firing_the_dispatcher_took_is_not_cancelled_before_the_backend_marks_it",
+      a_firing_the_dispatcher_took_is_not_cancelled_before_the_backend_marks_it },
+};
+
+int main(void)
+{
+    return store_tests_run(tests, (int)(sizeof tests / sizeof tests[0]), &dir, &rec, NULL);
+}
