@@ -17,14 +17,17 @@
  *            of the acknowledgement or burial) and ended_at
  *   timers   one row per put (every version): part, shard, key, version, due, payload, tx (the
  *            inserting transaction's id, for polls). PARTITION BY RANGE (part), one partition per
- *            partition_ns of part; part is the due time, or the time of the put if that is later,
- *            so no put ever lands in a partition that has ended. Insert-only.
+ *            partition_ns of part; part is the due time, or the time of the put if that is later
+ *            (by the putting node's clock, taken before each attempt of its lane's transaction),
+ *            so puts rarely land in a partition that has ended; a skewed clock or a slow commit
+ *            can still put one there, which the settling below allows for. Insert-only.
  *   dead     one row per key with a dead letter: shard, due, attempt, payload, died, seq (order)
  *
  * SETTLED PARTITIONS. A partition whose range ended at least one partition width ago and none of
  * whose rows is a pending version (keys.end_epoch IS NULL with that version) is settled: the
- * tombstones of the versions in it are deleted from keys in one statement, then the partition is
- * dropped. No row of timers is ever deleted or updated, so it is never vacuumed row by row; keys
+ * tombstones of the versions in it are deleted from keys, then the partition is dropped, all in one
+ * transaction that first locks the partition (ACCESS EXCLUSIVE), so that no put can commit a row
+ * into it between the check and the drop (retire_one). No row of timers is ever deleted or updated, so it is never vacuumed row by row; keys
  * (one small row per live key) is the only table whose rows are deleted.
  */
 #define _GNU_SOURCE
@@ -191,35 +194,47 @@ int chime__pg_partitions_ensure(struct pg_conn *pc, const struct pg_schema *sc, 
 static int retire_one(struct pg_conn *pc, uint64_t n)
 {
     char sql[512];
+    /* Never queue behind a long reader (everything else would queue behind us): try, and try
+     * again next round. The lock comes first: a put committed before it is seen by the check
+     * below (each statement of a READ COMMITTED transaction takes a new snapshot), and a put into
+     * the partition after it waits, then fails once the partition is gone (its lane runs it again
+     * in a partition that exists). */
     snprintf(sql, sizeof sql,
-             "SELECT EXISTS (SELECT 1 FROM chime.timers_%" PRIu64 " t JOIN chime.keys k"
-             " ON k.key = t.key AND k.version = t.version WHERE k.end_epoch IS NULL)",
+             "BEGIN; SET LOCAL lock_timeout = '100ms';"
+             " LOCK TABLE chime.timers_%" PRIu64 " IN ACCESS EXCLUSIVE MODE",
              n);
-    PGresult *r = PQexec(pc->c, sql);
-    int rc = chime__pg_status(pc, r);
-    int pending = rc == PG_OK && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
-    PQclear(r);
-    if (rc != PG_OK || pending)
-        return rc;
-    /* No version in it is pending, and none can become so: a put never lands in a partition that
-     * has ended (pg_part), and a pending version is only ever replaced by a newer one. */
-    snprintf(sql, sizeof sql,
-             "DELETE FROM chime.keys k USING chime.timers_%" PRIu64 " t"
-             " WHERE k.key = t.key AND k.version = t.version AND k.end_epoch IS NOT NULL",
-             n);
-    rc = run(pc, sql);
-    if (rc != PG_OK)
-        return rc;
-    /* Dropping a partition locks the parent for an instant; never queue behind a long reader
-     * (everything else would queue behind us): try, and try again next round. */
-    snprintf(sql, sizeof sql,
-             "BEGIN; SET LOCAL lock_timeout = '100ms'; DROP TABLE chime.timers_%" PRIu64
-             "; COMMIT",
-             n);
-    rc = run(pc, sql);
-    if (rc != PG_OK && rc != PG_LOST)
+    int rc = run(pc, sql);
+    int pending = 0;
+    if (rc == PG_OK) {
+        snprintf(sql, sizeof sql,
+                 "SELECT EXISTS (SELECT 1 FROM chime.timers_%" PRIu64 " t JOIN chime.keys k"
+                 " ON k.key = t.key AND k.version = t.version WHERE k.end_epoch IS NULL)",
+                 n);
+        PGresult *r = PQexec(pc->c, sql);
+        rc = chime__pg_status(pc, r);
+        pending = rc == PG_OK && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
+        PQclear(r);
+    }
+    /* No version in it is pending, and none can become so while the lock is held: a put needs
+     * the lock to insert its row, and a pending version is only ever replaced by a newer one. */
+    if (rc == PG_OK && !pending) {
+        snprintf(sql, sizeof sql,
+                 "DELETE FROM chime.keys k USING chime.timers_%" PRIu64 " t"
+                 " WHERE k.key = t.key AND k.version = t.version AND k.end_epoch IS NOT NULL",
+                 n);
+        rc = run(pc, sql);
+    }
+    if (rc == PG_OK && !pending) { /* locks the parent for an instant (lock_timeout still holds) */
+        snprintf(sql, sizeof sql, "DROP TABLE chime.timers_%" PRIu64, n);
+        rc = run(pc, sql);
+    }
+    if (rc == PG_OK)
+        rc = run(pc, pending ? "ROLLBACK" : "COMMIT");
+    else if (rc != PG_LOST)
         run(pc, "ROLLBACK");
-    return rc == PG_OK ? 1 : rc == PG_RETRY ? 0 : rc;
+    if (rc == PG_OK)
+        return pending ? 0 : 1;
+    return rc == PG_RETRY ? 0 : rc;
 }
 
 int chime__pg_partitions_retire(struct pg_conn *pc, const struct pg_schema *sc, uint64_t now,

@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The partitions of chime.timers (lib/store/pg/schema.c, SETTLED PARTITIONS): a partition is
+ * dropped only once nothing in it is pending, even when a put commits into it while the
+ * housekeeper is settling it. The housekeeper's step runs on a connection of the test's, and the
+ * interleavings are made with PostgreSQL's own locks, waited on through pg_stat_activity (no
+ * timing: each step waits for the state it needs).
+ */
+#include "pg_test.h"
+#include "store/pg/statements.h"
+
+static struct pg_cluster cluster;
+static char conninfo[600];
+static int db_seq;
+
+#define WIDTH SEC /* partitions of one second: the smallest `init --partition-seconds` allows */
+
+static void fresh(void)
+{
+    char name[32];
+    snprintf(name, sizeof name, "parts_%d", ++db_seq);
+    CHECK_EQ(pg_cluster_db(&cluster, name, 1, (unsigned)(WIDTH / SEC), conninfo, sizeof conninfo),
+             0);
+}
+
+/* A put exactly as a lane sends it (statements.h), of one key into shard 0 with part `part`,
+ * sent without waiting for its result. */
+static void send_put(PGconn *c, const char *key, uint64_t part)
+{
+    char keys[64], parts[32];
+    snprintf(keys, sizeof keys, "{\"\\\\x%02x%02x%02x\"}", key[0], key[1], key[2]);
+    snprintf(parts, sizeof parts, "{%llu}", (unsigned long long)part);
+    const char *v[6] = { keys, parts, parts, "{0}", "{0}", "{\"\\\\x70\"}" };
+    CHECK(PQsendQueryParams(c, PG_SQL_PUT, 6, NULL, v, NULL, NULL, 0), "send: %s",
+          PQerrorMessage(c));
+}
+
+/* Whether the backend with this pid waits for a lock held by another. */
+static int blocked(PGconn *c, int pid)
+{
+    char sql[120];
+    snprintf(sql, sizeof sql, "SELECT cardinality(pg_blocking_pids(%d))", pid);
+    return pg_value(c, sql) > 0;
+}
+
+struct house {
+    struct pg_conn pc;
+    struct pg_schema sc;
+    int rc;
+    unsigned dropped;
+};
+
+static void house_open(struct house *h)
+{
+    *h = (struct house){ .pc = { .conninfo = conninfo, .role = "house" } };
+    CHECK_EQ(chime__pg_connect(&h->pc), 0);
+    CHECK_EQ(chime__pg_schema_read(&h->pc, &h->sc), 0);
+}
+
+/* A cancelled timer (the key "tom") whose row is in the partition of `part`. */
+static void tombstone(PGconn *c, uint64_t part)
+{
+    char sql[400];
+    snprintf(sql, sizeof sql,
+             "WITH v AS (SELECT nextval('chime.versions') * 4096 + 1 AS version),"
+             " t AS (INSERT INTO chime.timers (part, shard, key, version, due, payload)"
+             " SELECT %llu, 0, '\\x746f6d'::bytea, version, %llu, '\\x78' FROM v)"
+             " INSERT INTO chime.keys (key, version, part, shard, attempt, end_epoch, ended_at)"
+             " SELECT '\\x746f6d'::bytea, version, %llu, 0, 0, 0, now() FROM v",
+             (unsigned long long)part, (unsigned long long)part, (unsigned long long)part);
+    CHECK(pg_command(c, sql), "the tombstone");
+}
+
+static void *house_main(void *arg)
+{
+    struct house *h = arg;
+    h->rc = chime__pg_partitions_retire(&h->pc, &h->sc, wall_ns(), &h->dropped);
+    return NULL;
+}
+
+/*
+ * A partition that ended long ago holds one cancelled timer (a tombstone). The housekeeper checks
+ * it for pending rows and starts deleting the tombstone, which a third session holds locked; a put
+ * (a lane whose part was taken before an outage, or on a clock that is behind) then commits a row
+ * into that partition. Whatever the order the database lets these run in, a put it acknowledged
+ * keeps its row: the partition must not be dropped under it.
+ */
+static void test_a_put_committed_while_its_partition_is_settled_is_never_dropped(void)
+{
+    fresh();
+    struct house h;
+    house_open(&h);
+    uint64_t n = wall_ns() / WIDTH - 10; /* ended nine widths ago: settled unless pending */
+    uint64_t part = n * WIDTH + WIDTH / 2;
+    CHECK_EQ(chime__pg_partitions_ensure(&h.pc, &h.sc, part, part), PG_OK);
+
+    PGconn *c = pg_connect_or_die(conninfo);
+    tombstone(c, part);
+
+    PGconn *holder = pg_connect_or_die(conninfo); /* holds the tombstone's keys row */
+    CHECK(pg_command(holder, "BEGIN"), "begin");
+    CHECK(pg_command(holder, "SELECT 1 FROM chime.keys WHERE key = '\\x746f6d' FOR UPDATE"),
+          "lock the tombstone");
+
+    int house_pid = PQbackendPID(h.pc.c);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, house_main, &h), 0);
+    while (!blocked(c, house_pid)) /* past its check, deleting the tombstone */
+        sleep_ms(2); /* a poll of the database: there is nothing to wait on */
+
+    PGconn *put = pg_connect_or_die(conninfo);
+    int put_pid = PQbackendPID(put);
+    send_put(put, "pnd", part);
+    for (;;) { /* until the put is done, or waits for the housekeeper */
+        CHECK(PQconsumeInput(put), "put: %s", PQerrorMessage(put));
+        if (!PQisBusy(put) || blocked(c, put_pid))
+            break;
+        sleep_ms(2); /* as above */
+    }
+    CHECK(pg_command(holder, "COMMIT"), "release the tombstone");
+    CHECK_EQ(pthread_join(t, NULL), 0);
+
+    PGresult *r = PQgetResult(put);
+    int acknowledged = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+    printf("# the put %s; the housekeeper returned %d and dropped %u\n",
+           acknowledged ? "committed" : "failed", h.rc, h.dropped);
+    PQclear(r);
+    while ((r = PQgetResult(put)))
+        PQclear(r);
+    if (acknowledged)
+        CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.timers WHERE key = '\\x706e64'"), 1);
+    /* In every case: no pending key without its row (chime.pending joins the two). */
+    CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.keys WHERE end_epoch IS NULL"),
+             pg_value(c, "SELECT count(*) FROM chime.pending"));
+    /* A later round keeps the partition while the put is pending. */
+    if (acknowledged) {
+        house_main(&h);
+        CHECK_EQ(h.rc, PG_OK);
+        CHECK_EQ(h.dropped, 0);
+        CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.pending"), 1);
+    }
+    PQfinish(put);
+    PQfinish(holder);
+    PQfinish(c);
+    chime__pg_disconnect(&h.pc);
+}
+
+/* Nothing pending and nobody in the way: the partition and its tombstones go. */
+static void test_a_settled_partition_is_dropped_with_its_tombstones(void)
+{
+    fresh();
+    struct house h;
+    house_open(&h);
+    uint64_t n = wall_ns() / WIDTH - 10;
+    uint64_t part = n * WIDTH + WIDTH / 2;
+    CHECK_EQ(chime__pg_partitions_ensure(&h.pc, &h.sc, part, part), PG_OK);
+    PGconn *c = pg_connect_or_die(conninfo);
+    tombstone(c, part);
+    char sql[120];
+    house_main(&h);
+    CHECK_EQ(h.rc, PG_OK);
+    CHECK(h.dropped >= 1, "dropped %u", h.dropped);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_class WHERE relname = 'timers_%llu'",
+             (unsigned long long)n);
+    CHECK_EQ(pg_value(c, sql), 0);
+    CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.keys"), 0);
+    PQfinish(c);
+    chime__pg_disconnect(&h.pc);
+}
+
+int main(void)
+{
+    static const struct tap_test tests[] = {
+        { "a_put_committed_while_its_partition_is_settled_is_never_dropped",
+          test_a_put_committed_while_its_partition_is_settled_is_never_dropped },
+        { "a_settled_partition_is_dropped_with_its_tombstones",
+          test_a_settled_partition_is_dropped_with_its_tombstones },
+    };
+    return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
+}
