@@ -437,19 +437,35 @@ static int apply(struct pg_lane *l, PGresult **res)
     return handed;
 }
 
+/* The kinds of operation that write a row of timers (and so have a part). */
+static const int row_kinds[] = { PG_OP_PUT, PG_OP_RETRY, PG_OP_REQUEUE };
+
 /* Create the partitions the batch's puts need. */
 static int make_partitions(struct pg_lane *l)
 {
-    static const int kinds[] = { PG_OP_PUT, PG_OP_RETRY, PG_OP_REQUEUE };
     for (size_t k = 0; k < 3; k++) {
         struct pg_op *op;
-        EACH(l, kinds[k], op) {
+        EACH(l, row_kinds[k], op) {
             int rc = chime__pg_partitions_ensure(&l->conn, &l->b->schema, op->part, op->part);
             if (rc != PG_OK)
                 return rc;
         }
     }
     return PG_OK;
+}
+
+/* Give the batch's new rows their partition key from the clock now, before each attempt: a batch
+ * that waited (an outage, a restart, retries) must not put its rows in a partition that ended
+ * meanwhile, which the housekeeper may be about to drop (schema.c, SETTLED PARTITIONS, copes with
+ * it, but only by making the put fail and run again). */
+static void restamp(struct pg_lane *l)
+{
+    uint64_t now = chime__pg_wall();
+    for (size_t k = 0; k < 3; k++) {
+        struct pg_op *op;
+        EACH(l, row_kinds[k], op)
+            op->part = pg_part(op->due, now);
+    }
 }
 
 int chime__pg_lane_run(struct pg_lane *l, struct pg_op **batch, size_t n)
@@ -464,6 +480,7 @@ int chime__pg_lane_run(struct pg_lane *l, struct pg_op **batch, size_t n)
             return err;
         if (!l->conn.c && chime__pg_reconnect(&l->conn, &l->abandon) != 0)
             return -EIO; /* gave up: close, with the database unreachable */
+        restamp(l);
         PGresult *res[ST_COUNT] = { 0 };
         uint64_t xid = 0;
         int commit_sent = 0;

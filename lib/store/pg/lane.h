@@ -19,7 +19,7 @@ struct pg_op {
     uint64_t seq;            /* in its lane */
     uint64_t hash;           /* of the key: at most one operation per key in a batch */
     unsigned shard;
-    uint64_t due, part;
+    uint64_t due, part;      /* part: stamped from the clock before each attempt (batch.c) */
     uint64_t version;        /* ack, bury: the version; retry: if_version; cancel: its firing one */
     uint64_t epoch;          /* ack, bury, retry: the epoch of the firing's fence */
     uint32_t attempt;

@@ -197,8 +197,7 @@ int chime__pg_put(struct chime__backend *b, const struct chime__put *p, struct c
     if (!op)
         return -ENOMEM;
     op->shard = chime__pg_shard_of(p->key, p->key_len, b->schema.shards);
-    op->due = due;
-    op->part = pg_part(due, chime__pg_wall());
+    op->due = due; /* op->part: stamped by the lane before each attempt (batch.c, restamp) */
     op->attempt = p->attempt;
     op->version = p->if_version;
     op->epoch = pg_fence_epoch(p->if_fence);
@@ -279,8 +278,7 @@ int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key
     if (!op)
         return -ENOMEM;
     op->shard = chime__pg_shard_of(key, key_len, b->schema.shards);
-    op->due = due_ns;
-    op->part = pg_part(due_ns, chime__pg_wall());
+    op->due = due_ns; /* op->part: stamped by the lane (batch.c, restamp) */
     uint64_t held = chime__pg_epoch_of(b, op->shard);
     op->note = !held && due_ns < chime__pg_wall() + b->notify_ns;
     int err = run_waited(b, op, 1);
