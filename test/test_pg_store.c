@@ -247,6 +247,74 @@ static void test_sync_interval_commits_at_sync_and_on_its_own(void)
     CHECK_EQ(recorder_count(&rec), 0);
 }
 
+/* Whether the store's table holds a timer of key (pending, firing or running). Asked before the
+ * recorder: a firing is recorded before its timer leaves the table. */
+static int in_table(chime_store *s, const char *key)
+{
+    uint64_t hash = chime__store_hash(s, key, strlen(key));
+    struct hot_stripe *st = chime__store_stripe(s, hash);
+    struct hot *p, *r;
+    pthread_mutex_lock(&st->lock);
+    chime__store_find(st, hash, key, strlen(key), &p, &r);
+    pthread_mutex_unlock(&st->lock);
+    return p || r;
+}
+
+/* Node o's clock, SKEW behind the machine's (and node x's). */
+#define SKEW (5 * SEC)
+static uint64_t behind(void)
+{
+    return wall_ns() - SKEW;
+}
+
+/*
+ * Clocks that disagree by more than the horizon: node x, whose clock is ahead, puts a timer in the
+ * shard node o owns, due at o's now. Its row's part is x's now, beyond everything o has loaded and
+ * polls for, and its due time is before o's boundary, where o's later loads used to start: it was
+ * never read again until the shard changed hands. It fires, late by the skew at most, and from the
+ * owner that held the shard all along. Once o's boundary has passed the row's part, the load that
+ * read it has ended: the timer is in o's table or has fired.
+ */
+static void test_a_put_due_before_the_owners_boundary_from_a_clock_ahead_still_fires(void)
+{
+    char name[32];
+    snprintf(name, sizeof name, "store_%d", ++db_seq);
+    CHECK_EQ(pg_cluster_db(&cluster, name, 1, 60, conninfo, sizeof conninfo), 0);
+    struct recorder ro;
+    recorder_init(&ro, behind);
+    recorder_free(&rec);
+    recorder_init(&rec, NULL);
+    chime_store *o = NULL, *x = NULL;
+    chime__store_set_clock(behind);
+    int rc = pg_open_node(&o, conninfo, "o", &ro, 2 * SEC, SEC);
+    chime__store_set_clock(NULL);
+    CHECK_EQ(rc, 0);
+    PGconn *c = pg_connect_or_die(conninfo);
+    char owner[64] = "";
+    long long epoch;
+    while (!(epoch = pg_owner(c, 0, owner, sizeof owner)) || strcmp(owner, "o"))
+        sleep_ms(2); /* a poll of the database: there is nothing to wait on */
+    CHECK_EQ(pg_open_node(&x, conninfo, "x", &rec, 2 * SEC, SEC), 0);
+    CHECK_EQ(chime_store_put(x, "late", 4, "p", 1, behind()), 0);
+    long long part = pg_value(c, "SELECT part FROM chime.timers WHERE key = 'late'");
+    CHECK(part > 0, "the put's row");
+    while (atomic_load_explicit(&o->loaded, memory_order_acquire) <= (uint64_t)part)
+        sleep_ms(2); /* as above: o's keeper moves its boundary as o's clock goes */
+    CHECK(in_table(o, "late") || recorder_count_key(&ro, "late") == 1,
+          "o loaded past the row's part (%lld) without reading it", part);
+    struct firing f;
+    recorder_wait_key(&ro, "late", 1, &f);
+    CHECK_EQ(pg_fence_epoch(f.fence), (uint64_t)epoch); /* o's own epoch: no takeover read it */
+    CHECK_EQ(pg_owner(c, 0, owner, sizeof owner), epoch);
+    store_wait_idle(o);
+    PQfinish(c);
+    CHECK_EQ(chime_store_close(x), 0);
+    CHECK_EQ(chime_store_close(o), 0);
+    CHECK_EQ(recorder_count_key(&ro, "late"), 1);
+    CHECK_EQ(recorder_count(&rec), 0);
+    recorder_free(&ro);
+}
+
 static void test_open_refuses_a_database_without_the_schema(void)
 {
     chime_store *s = NULL;
@@ -274,6 +342,8 @@ int main(void)
           test_a_put_for_another_nodes_shard_reaches_it_with_or_without_notifications },
         { "sync_interval_commits_at_sync_and_on_its_own",
           test_sync_interval_commits_at_sync_and_on_its_own },
+        { "a_put_due_before_the_owners_boundary_from_a_clock_ahead_still_fires",
+          test_a_put_due_before_the_owners_boundary_from_a_clock_ahead_still_fires },
         { "open_refuses_a_database_without_the_schema", test_open_refuses_a_database_without_the_schema },
     };
     int rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));

@@ -13,8 +13,14 @@
  * so fire never waits longer than a lease for a database that is away.
  *
  * READS (P7). A read covers the owned shards, each in the epoch this node holds, and hands over
- * each pending version with part in [from, until) and due >= from, skipping versions whose firing
- * this node recorded in that same epoch (its logic holds them: a poll must not fire them again).
+ * each pending version with part in [from, until), skipping versions whose firing this node
+ * recorded in that same epoch (its logic holds them: a poll must not fire them again). The range is
+ * of part alone, never of due: successive loads read disjoint ranges of part, so every row is read
+ * by the load whose range holds its part, even a row due before `from` (put, by a clock ahead of
+ * this node's or while this node's boundary lagged, at a time past everything loaded and polled:
+ * excluding it by due lost it until the shard changed hands). Such a row fires late, when the load
+ * reaches its part; a row some other path handed over already (an arm, a notification, a poll) is
+ * installed once (the logic skips a version it holds).
  * The fence handed over is the epoch the database confirmed, in the same statement. Rows come
  * through a cursor, 4096 at a time, so that the logic installs them while the rest is read.
  */
@@ -155,7 +161,6 @@ static const char read_sql[] =
     " JOIN chime.shards s ON s.shard = o.shard AND s.epoch = o.epoch AND s.owner = $3"
     " AND s.token = $4::int8 AND s.expires > clock_timestamp()"
     " JOIN chime.timers t ON t.shard = s.shard AND t.part >= $5::int8 AND t.part < $6::int8"
-    " AND t.due >= $5::int8"
     " JOIN chime.keys k ON k.key = t.key AND k.version = t.version AND k.end_epoch IS NULL"
     " AND k.fire_epoch <> s.epoch";
 
@@ -167,7 +172,7 @@ static const char read_sql[] =
 static const char poll_sql[] =
     "DECLARE chime_read NO SCROLL CURSOR FOR"
     " WITH t AS MATERIALIZED (SELECT key, payload, due, shard, version FROM chime.timers"
-    " WHERE tx >= $7::int8 AND part >= $5::int8 AND part < $6::int8 AND due >= $5::int8"
+    " WHERE tx >= $7::int8 AND part >= $5::int8 AND part < $6::int8"
     " AND NOT pg_visible_in_snapshot(tx::text::xid8, $8::text::pg_snapshot)"
     " AND tx NOT IN (SELECT unnest($9::int8[])))"
     " SELECT t.key, t.payload, t.due, k.version, k.attempt, t.shard, s.epoch"
