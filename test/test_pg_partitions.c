@@ -3,7 +3,7 @@
  * The partitions of chime.timers (lib/store/pg/schema.c, SETTLED PARTITIONS): a partition is
  * dropped only once nothing in it is pending, even when a put commits into it while the
  * housekeeper is settling it. The housekeeper's step runs on a connection of the test's, and the
- * interleavings are made with PostgreSQL's own locks, waited on through pg_stat_activity (no
+ * interleavings are made with PostgreSQL's own locks, waited for through pg_blocking_pids (no
  * timing: each step waits for the state it needs).
  */
 #include "pg_test.h"

@@ -25,9 +25,9 @@
  *
  * SETTLED PARTITIONS. A partition whose range ended at least one partition width ago and none of
  * whose rows is a pending version (keys.end_epoch IS NULL with that version) is settled: the
- * tombstones of the versions in it are deleted from keys, then the partition is dropped, all in one
- * transaction that first locks the partition (ACCESS EXCLUSIVE), so that no put can commit a row
- * into it between the check and the drop (retire_one). No row of timers is ever deleted or updated, so it is never vacuumed row by row; keys
+ * tombstones of the versions in it are deleted from keys, then the partition is dropped. The check
+ * is made again in the transaction that drops the partition, after locking it (ACCESS EXCLUSIVE),
+ * so that no put can commit a row into it between the check and the drop (retire_one). No row of timers is ever deleted or updated, so it is never vacuumed row by row; keys
  * (one small row per live key) is the only table whose rows are deleted.
  */
 #define _GNU_SOURCE
@@ -190,41 +190,63 @@ int chime__pg_partitions_ensure(struct pg_conn *pc, const struct pg_schema *sc, 
     return rc;
 }
 
-/* Settle partition n (see SETTLED PARTITIONS). Return: 1 dropped, 0 not settled yet, or PG_*. */
+/* Whether partition n holds a pending version. Return: 1, 0, or PG_*. */
+static int has_pending(struct pg_conn *pc, uint64_t n)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT EXISTS (SELECT 1 FROM chime.timers_%" PRIu64 " t JOIN chime.keys k"
+             " ON k.key = t.key AND k.version = t.version WHERE k.end_epoch IS NULL)",
+             n);
+    PGresult *r = PQexec(pc->c, sql);
+    int rc = chime__pg_status(pc, r);
+    int pending = rc == PG_OK && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    return rc != PG_OK ? rc : pending;
+}
+
+/* Delete the tombstones of the versions in partition n (harmless whether or not it is dropped:
+ * an ended version's row is never read). */
+static int delete_tombstones(struct pg_conn *pc, uint64_t n)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "DELETE FROM chime.keys k USING chime.timers_%" PRIu64 " t"
+             " WHERE k.key = t.key AND k.version = t.version AND k.end_epoch IS NOT NULL",
+             n);
+    return run(pc, sql);
+}
+
+/*
+ * Settle partition n (see SETTLED PARTITIONS). Return: 1 dropped, 0 not settled yet, or PG_*.
+ * The check and the bulk of the deletions run first without a lock, so that readers of the
+ * partition (takeovers and polls read from part 0) queue behind no long statement. The decision
+ * is then taken again under the partition's lock, in the transaction that drops it: every put
+ * committed before the lock is seen by that check (each statement of a READ COMMITTED
+ * transaction takes a new snapshot), and a put into the partition after it waits, then fails once
+ * the partition is gone (its lane runs it again, in a partition of the clock's now).
+ */
 static int retire_one(struct pg_conn *pc, uint64_t n)
 {
-    char sql[512];
+    int rc = has_pending(pc, n);
+    if (rc == 0)
+        rc = delete_tombstones(pc, n);
+    if (rc != PG_OK)
+        return rc > 0 ? 0 : rc;
     /* Never queue behind a long reader (everything else would queue behind us): try, and try
-     * again next round. The lock comes first: a put committed before it is seen by the check
-     * below (each statement of a READ COMMITTED transaction takes a new snapshot), and a put into
-     * the partition after it waits, then fails once the partition is gone (its lane runs it again
-     * in a partition that exists). */
+     * again next round. Dropping a partition also locks the parent, for an instant. */
+    char sql[200];
     snprintf(sql, sizeof sql,
              "BEGIN; SET LOCAL lock_timeout = '100ms';"
              " LOCK TABLE chime.timers_%" PRIu64 " IN ACCESS EXCLUSIVE MODE",
              n);
-    int rc = run(pc, sql);
-    int pending = 0;
-    if (rc == PG_OK) {
-        snprintf(sql, sizeof sql,
-                 "SELECT EXISTS (SELECT 1 FROM chime.timers_%" PRIu64 " t JOIN chime.keys k"
-                 " ON k.key = t.key AND k.version = t.version WHERE k.end_epoch IS NULL)",
-                 n);
-        PGresult *r = PQexec(pc->c, sql);
-        rc = chime__pg_status(pc, r);
-        pending = rc == PG_OK && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
-        PQclear(r);
-    }
-    /* No version in it is pending, and none can become so while the lock is held: a put needs
-     * the lock to insert its row, and a pending version is only ever replaced by a newer one. */
-    if (rc == PG_OK && !pending) {
-        snprintf(sql, sizeof sql,
-                 "DELETE FROM chime.keys k USING chime.timers_%" PRIu64 " t"
-                 " WHERE k.key = t.key AND k.version = t.version AND k.end_epoch IS NOT NULL",
-                 n);
-        rc = run(pc, sql);
-    }
-    if (rc == PG_OK && !pending) { /* locks the parent for an instant (lock_timeout still holds) */
+    rc = run(pc, sql);
+    int pending = rc == PG_OK ? has_pending(pc, n) : rc;
+    if (pending == 0) /* the versions that ended since the first deletion */
+        rc = delete_tombstones(pc, n);
+    else if (pending < 0)
+        rc = pending;
+    if (rc == PG_OK && pending == 0) {
         snprintf(sql, sizeof sql, "DROP TABLE chime.timers_%" PRIu64, n);
         rc = run(pc, sql);
     }
