@@ -223,8 +223,11 @@ static int delete_tombstones(struct pg_conn *pc, uint64_t n)
  * partition (takeovers and polls read from part 0) queue behind no long statement. The decision
  * is then taken again under the partition's lock, in the transaction that drops it: every put
  * committed before the lock is seen by that check (each statement of a READ COMMITTED
- * transaction takes a new snapshot), and a put into the partition after it waits, then fails once
- * the partition is gone (its lane runs it again, in a partition of the clock's now).
+ * transaction takes a new snapshot). A put into the partition after the lock waits for it while
+ * holding its own lock on chime.timers, which the DROP needs too: the DROP times out, and the put
+ * commits into a partition that stays (the next round finds it pending). A put that reaches
+ * chime.timers only after the DROP locked it finds no partition once it may go on, and its lane
+ * runs it again in a partition of the clock's now (PG_NOPART).
  */
 static int retire_one(struct pg_conn *pc, uint64_t n)
 {
