@@ -140,14 +140,16 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  * Open (or create) the store in cfg->path, replay its journal, and start firing: timers already due
  * fire at once (within max_fires_per_s), those due within the horizon are loaded, the rest wait on
  * disk. A torn tail left by a crash is cut at the last whole record; nothing that was reported durable
- * is lost.
+ * is lost. (Damage to the newest log segment cannot be told from a torn tail and is cut the same way,
+ * acknowledged records after it included: docs/design.md, "Limits".)
  * @out: receives the store; untouched on error.  @handler: called for every firing; @ctx is its first
  * argument.
  * Return: 0; -EINVAL if out, cfg or handler is NULL, cfg->path and cfg->postgres are both NULL,
  *         cfg->sync is not a chime_sync, or the runtime config is invalid (as chime_timer_new);
  *         -EBUSY if another process (or another open store in this one) has the directory open;
- *         -EBADMSG if the journal is damaged other than by a torn tail (a checksum fails in a file
- *         that had been completely written: run `chime-store verify` on the directory); -ENOMEM;
+ *         -EBADMSG if the journal is damaged other than by a torn tail (a checksum fails, or zeros
+ *         are followed by data, in a file that had been completely written: run `chime-store verify`
+ *         on the directory); -ENOMEM;
  *         -EIO, -ENOSPC, or another negative errno from the file system (-EACCES, -ENOTDIR, ...);
  *         -ECHILD if a thread could not be started.
  *         With cfg->postgres: -ENOTSUP if this build has no PostgreSQL support (libpq);
