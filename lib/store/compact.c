@@ -222,13 +222,16 @@ static int slurp(int dir, const char *name, uint64_t want, unsigned char **buf, 
     return err;
 }
 
-/* Decode a segment's records (its first `valid` bytes) into recs, flattened; raise *next_version. */
+/* Decode a segment's records (its first `valid` bytes, where records end; UINT64_MAX: not known,
+ * up to its zeros) into recs, flattened; raise *next_version. buf holds its first `size` bytes. */
 static int gather(uint64_t number, const unsigned char *buf, uint64_t size, uint64_t valid,
                   struct chime__rec **recs, size_t *n, size_t *cap, uint64_t *next_version)
 {
     struct chime__file_header h;
     if (size < CHIME__FILE_HEADER || chime__header_decode(buf, &h) || h.run || h.lo != number)
         return -EBADMSG;
+    if (valid != UINT64_MAX && size < valid)
+        return -EBADMSG; /* shorter than what was written to it */
     if (h.next_version > *next_version)
         *next_version = h.next_version;
     uint64_t limit = valid < size ? valid : size;
@@ -236,8 +239,16 @@ static int gather(uint64_t number, const unsigned char *buf, uint64_t size, uint
         struct chime__rec r;
         uint32_t len = 0;
         enum chime__decoded d = chime__rec_decode(buf + off, limit - off, &r, &len);
-        if (d == CHIME__REC_END)
+        if (d == CHIME__REC_END) {
+            /* Zeros are the end only if nothing but zeros follows (format.md, "The reader's
+             * rules"): zeros where records were written, or that data follows, are a lost write. */
+            if (valid != UINT64_MAX)
+                return -EBADMSG;
+            for (uint64_t k = off; k < limit; k++)
+                if (buf[k])
+                    return -EBADMSG;
             break;
+        }
         if (d != CHIME__REC_WHOLE)
             return -EBADMSG; /* replay passes `valid` for a torn segment; a sealed one is whole */
         if (r.version >= *next_version)
