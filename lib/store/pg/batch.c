@@ -267,8 +267,8 @@ static int prepare_all(struct pg_lane *l, const int *sent, int nsent)
     return PG_OK;
 }
 
-/* One try of the batch. *xid is set once known, *commit_sent once COMMIT is being sent; res[st] keeps
- * each statement's result. Return: PG_OK (committed) or PG_*. */
+/* One try of the batch. *xid is set once known, *commit_sent once COMMIT is being sent; res[st]
+ * keeps each statement's result. Return: PG_OK (committed) or PG_*. */
 static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult **res)
 {
     struct pg_conn *pc = &l->conn;
