@@ -422,6 +422,7 @@ static int j_open(struct chime__backend **out, const struct chime_store_config *
     pthread_cond_init(&j->done, NULL);
     atomic_init(&j->flushes, 0);
     atomic_init(&j->backlog, 0);
+    atomic_init(&j->error_seen, 0);
     atomic_init(&j->merges, 0);
 
     int err = chime__io_mkdir(cfg->path);
