@@ -175,8 +175,8 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
  * the running one's acknowledgement (or retry) does not remove it.
  * Return: 0 (with CHIME_SYNC_EACH: the put is on stable storage); -EINVAL if s, key or payload is NULL,
  *         or key_len or payload_len is 0 or over its maximum (nothing is written); -EIO, -ENOSPC (the
- *         store has failed: see above; this put is not durable); -ESHUTDOWN once close has begun;
- *         -ENOMEM.
+ *         store has failed: see above; this put was not reported durable: after a reopen it may be
+ *         there or not, as a write cut by a crash); -ESHUTDOWN once close has begun; -ENOMEM.
  * Complexity: O(1) expected: a hash lookup in memory and one in the journal's key index (in memory
  *             up to about a quarter of a million keys; beyond, in a file held in the page cache: a
  *             new key makes no system call, a pending key's slot costs a 32-byte pread, and the

@@ -500,6 +500,35 @@ static void a_lost_write_in_a_segment_being_flushed_is_ebadmsg_for_good(void)
     CHECK_EQ(chime_store_open(&s, &cfg, recorder_handler, &rec), -EBADMSG);
 }
 
+/* The journal's directory entry itself must reach the disk before anything in it is acknowledged:
+ * open syncs the directory that holds it (found in review: a new directory was never synced into its
+ * parent). A failure of that sync fails the open. */
+static _Atomic int parent_syncs;
+
+static int fail_parent_sync(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    (void)ctx;
+    (void)fd;
+    if (op != CHIME_IO_SYNC || !name || strcmp(name, dir) != 0)
+        return 0;
+    atomic_fetch_add(&parent_syncs, 1);
+    return -EIO;
+}
+
+static void open_syncs_the_directory_holding_the_journal_and_fails_if_it_cannot(void)
+{
+    fresh();
+    atomic_store(&parent_syncs, 0);
+    chime__io_set_fault(fail_parent_sync, NULL);
+    struct chime_store_config cfg = { .path = dir };
+    chime_store *s = NULL;
+    CHECK_EQ(chime_store_open(&s, &cfg, recorder_handler, &rec), -EIO);
+    CHECK_EQ(atomic_load(&parent_syncs), 1);
+    chime__io_set_fault(NULL, NULL);
+    s = open_store();
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
 static const struct tap_test tests[] = {
     { "a_failed_log_write_is_eio_for_good", a_failed_log_write_is_eio_for_good },
     { "a_failed_log_fdatasync_is_eio_for_good", a_failed_log_fdatasync_is_eio_for_good },
@@ -516,6 +545,8 @@ static const struct tap_test tests[] = {
       the_writer_and_the_flusher_never_create_the_same_segment },
     { "a_lost_write_in_a_segment_being_flushed_is_ebadmsg_for_good",
       a_lost_write_in_a_segment_being_flushed_is_ebadmsg_for_good },
+    { "open_syncs_the_directory_holding_the_journal_and_fails_if_it_cannot",
+      open_syncs_the_directory_holding_the_journal_and_fails_if_it_cannot },
 };
 
 int main(void)

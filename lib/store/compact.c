@@ -65,6 +65,9 @@ void chime__journal_fail(struct chime__backend *j, int err)
     j->failed_told = 1;
     if (!j->error)
         j->error = err;
+    /* release: pairs with the acquire load in chime__journal_error, so a caller that sees the error
+     * also sees the sink told before it (D5). */
+    atomic_store_explicit(&j->error_seen, j->error, memory_order_release);
     pthread_cond_broadcast(&j->done);
     pthread_cond_broadcast(&j->work);
     pthread_mutex_unlock(&j->lock);
@@ -75,10 +78,9 @@ int chime__journal_error(struct chime__backend *j)
     int err = j->wal ? chime__wal_error(j->wal) : 0;
     if (err)
         return err;
-    pthread_mutex_lock(&j->lock);
-    err = j->error;
-    pthread_mutex_unlock(&j->lock);
-    return err;
+    /* acquire: pairs with the release store in chime__journal_fail. Every put and cancel asks this,
+     * so it takes no lock. */
+    return atomic_load_explicit(&j->error_seen, memory_order_acquire);
 }
 
 void chime__journal_sealed(void *ctx, uint64_t segment, uint64_t used)
