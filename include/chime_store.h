@@ -140,14 +140,16 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  * Open (or create) the store in cfg->path, replay its journal, and start firing: timers already due
  * fire at once (within max_fires_per_s), those due within the horizon are loaded, the rest wait on
  * disk. A torn tail left by a crash is cut at the last whole record; nothing that was reported durable
- * is lost.
+ * is lost. (Damage to the newest log segment cannot be told from a torn tail and is cut the same way,
+ * acknowledged records after it included: docs/design.md, "Limits".)
  * @out: receives the store; untouched on error.  @handler: called for every firing; @ctx is its first
  * argument.
  * Return: 0; -EINVAL if out, cfg or handler is NULL, cfg->path and cfg->postgres are both NULL,
  *         cfg->sync is not a chime_sync, or the runtime config is invalid (as chime_timer_new);
  *         -EBUSY if another process (or another open store in this one) has the directory open;
- *         -EBADMSG if the journal is damaged other than by a torn tail (a checksum fails in a file
- *         that had been completely written: run `chime-store verify` on the directory); -ENOMEM;
+ *         -EBADMSG if the journal is damaged other than by a torn tail (a checksum fails, or zeros
+ *         are followed by data, in a file that had been completely written: run `chime-store verify`
+ *         on the directory); -ENOMEM;
  *         -EIO, -ENOSPC, or another negative errno from the file system (-EACCES, -ENOTDIR, ...);
  *         -ECHILD if a thread could not be started.
  *         With cfg->postgres: -ENOTSUP if this build has no PostgreSQL support (libpq);
@@ -173,8 +175,8 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
  * the running one's acknowledgement (or retry) does not remove it.
  * Return: 0 (with CHIME_SYNC_EACH: the put is on stable storage); -EINVAL if s, key or payload is NULL,
  *         or key_len or payload_len is 0 or over its maximum (nothing is written); -EIO, -ENOSPC (the
- *         store has failed: see above; this put is not durable); -ESHUTDOWN once close has begun;
- *         -ENOMEM.
+ *         store has failed: see above; this put was not reported durable: after a reopen it may be
+ *         there or not, as a write cut by a crash); -ESHUTDOWN once close has begun; -ENOMEM.
  * Complexity: O(1) expected: a hash lookup in memory and one in the journal's key index (in memory
  *             up to about a quarter of a million keys; beyond, in a file held in the page cache: a
  *             new key makes no system call, a pending key's slot costs a 32-byte pread, and the

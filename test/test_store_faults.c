@@ -15,6 +15,7 @@
 
 #include "rng.h"
 #include "store/backend.h"
+#include "store/format.h"
 #include "store/io.h"
 
 static char *dir;
@@ -445,6 +446,89 @@ static void the_writer_and_the_flusher_never_create_the_same_segment(void)
     chime__io_set_fault(NULL, NULL);
 }
 
+/* A lost write in a sealed segment, found by the flusher: as it opens wal-1 to flush it, 8 bytes at
+ * the start of its sixth record read back as zeros. The flush must refuse (-EBADMSG, the store fails
+ * for good), not write a run of the five records before the zeros and delete the segment; and a
+ * reopen, with wal-2 written to after wal-1, must refuse as well. */
+#define LOST_PAYLOAD 60000
+static _Atomic int lose_armed;
+
+static int lose_a_write_in_wal_1(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    (void)ctx;
+    (void)fd;
+    if (op != CHIME_IO_OPEN || !name || strcmp(name, "wal-0000000000000001.log") ||
+        !atomic_exchange(&lose_armed, 0))
+        return 0;
+    char *path;
+    CHECK(asprintf(&path, "%s/%s", dir, name) >= 0, "asprintf");
+    int w = open(path, O_WRONLY);
+    CHECK(w >= 0, "open %s", path);
+    uint64_t off = CHIME__FILE_HEADER + 5 * chime__rec_len(6, LOST_PAYLOAD); /* keys lost00.. */
+    CHECK(pwrite(w, (const unsigned char[8]){ 0 }, 8, (off_t)off) == 8, "zeros");
+    close(w);
+    free(path);
+    return 0;
+}
+
+static void a_lost_write_in_a_segment_being_flushed_is_ebadmsg_for_good(void)
+{
+    fresh();
+    chime__io_set_fault(lose_a_write_in_wal_1, NULL);
+    chime_store *s = open_store(); /* wal-1 is created (opened by name) before the hook is armed */
+    atomic_store(&lose_armed, 1);
+    static char big[LOST_PAYLOAD];
+    memset(big, 'b', sizeof big);
+    uint64_t far = wall_ns() + 3600 * SEC;
+    for (int i = 0; i < 24; i++) { /* 1.4 MB: wal-1 (1 MiB) fills up, the rest goes to wal-2 */
+        char key[16];
+        snprintf(key, sizeof key, "lost%02d", i);
+        int err = chime_store_put(s, key, strlen(key), big, sizeof big, far);
+        /* once wal-1 is sealed the flusher may meet the zeros, and the store fail, at any time */
+        CHECK(err == 0 || err == -EBADMSG, "put %d: %s", i, chime_strerror(err));
+    }
+    /* a listing flushes every sealed segment first: wal-1's flush meets the zeros, if the flusher
+     * has not already */
+    CHECK_EQ(chime_store_dead_list(s, no_dead, NULL), -EBADMSG);
+    CHECK(!atomic_load(&lose_armed), "wal-1 was never opened to be flushed");
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.error, -EBADMSG);
+    CHECK_EQ(chime_store_close(s), -EBADMSG);
+    chime__io_set_fault(NULL, NULL);
+    struct chime_store_config cfg = { .path = dir };
+    CHECK_EQ(chime_store_open(&s, &cfg, recorder_handler, &rec), -EBADMSG);
+}
+
+/* The journal's directory entry itself must reach the disk before anything in it is acknowledged:
+ * open syncs the directory that holds it (found in review: a new directory was never synced into its
+ * parent). A failure of that sync fails the open. */
+static _Atomic int parent_syncs;
+
+static int fail_parent_sync(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    (void)ctx;
+    (void)fd;
+    if (op != CHIME_IO_SYNC || !name || strcmp(name, dir) != 0)
+        return 0;
+    atomic_fetch_add(&parent_syncs, 1);
+    return -EIO;
+}
+
+static void open_syncs_the_directory_holding_the_journal_and_fails_if_it_cannot(void)
+{
+    fresh();
+    atomic_store(&parent_syncs, 0);
+    chime__io_set_fault(fail_parent_sync, NULL);
+    struct chime_store_config cfg = { .path = dir };
+    chime_store *s = NULL;
+    CHECK_EQ(chime_store_open(&s, &cfg, recorder_handler, &rec), -EIO);
+    CHECK_EQ(atomic_load(&parent_syncs), 1);
+    chime__io_set_fault(NULL, NULL);
+    s = open_store();
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
 static const struct tap_test tests[] = {
     { "a_failed_log_write_is_eio_for_good", a_failed_log_write_is_eio_for_good },
     { "a_failed_log_fdatasync_is_eio_for_good", a_failed_log_fdatasync_is_eio_for_good },
@@ -459,6 +543,10 @@ static const struct tap_test tests[] = {
     { "a_full_disk_while_flushing_is_enospc_for_good", a_full_disk_while_flushing_is_enospc_for_good },
     { "the_writer_and_the_flusher_never_create_the_same_segment",
       the_writer_and_the_flusher_never_create_the_same_segment },
+    { "a_lost_write_in_a_segment_being_flushed_is_ebadmsg_for_good",
+      a_lost_write_in_a_segment_being_flushed_is_ebadmsg_for_good },
+    { "open_syncs_the_directory_holding_the_journal_and_fails_if_it_cannot",
+      open_syncs_the_directory_holding_the_journal_and_fails_if_it_cannot },
 };
 
 int main(void)

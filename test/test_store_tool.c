@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * chime-store, the operator's tool (tools/chime-store.c), on a journal this test builds through the
- * API: list (pending by due time), dead, count, and verify on an intact journal, a torn tail and a
- * damaged run. The tool's path is the first argument (meson passes it).
+ * API: list (pending by due time), dead, count, and verify on an intact journal, a torn tail, zeros
+ * before records in a sealed segment, and a damaged run. The tool's path is the first argument (meson passes it).
  */
 #include "store_util.h"
 
 #include <fcntl.h>
 #include <sys/wait.h>
+
+#include "store/format.h"
 
 static const char *tool;
 static char *dir;
@@ -99,6 +101,37 @@ static void verify_passes_an_intact_journal_and_tolerates_a_torn_tail(void)
     CHECK(strstr(out, "pending 2\n") != NULL, "the torn record is not counted:\n%s", out);
 }
 
+static void verify_names_zeros_before_records_in_a_sealed_segment_and_fails(void)
+{
+    /* The first record of wal-2 reads back as zeros (a lost write), and wal-3 holds a record: wal-2
+     * had been synced whole before wal-3 was written to, so its zeros, which data follows, are
+     * damage, not its end (lib/store/format.md, "The reader's rules"). */
+    char *wal;
+    CHECK(asprintf(&wal, "%s/wal-0000000000000002.log", dir) >= 0, "asprintf");
+    int fd = open(wal, O_RDWR);
+    CHECK(fd >= 0, "segment %s", wal);
+    CHECK(pwrite(fd, (const unsigned char[8]){ 0 }, 8, CHIME__FILE_HEADER) == 8, "zeros");
+    close(fd);
+    free(wal);
+    unsigned char three[CHIME__FILE_HEADER + 128] = { 0 };
+    chime__header_encode(three, &(struct chime__file_header){ .lo = 3, .hi = 3, .next_version = 1000 });
+    struct chime__rec r = { .type = CHIME__PUT, .key_len = 4, .key = "late", .payload_len = 1,
+                            .payload = "x", .version = 1000, .due = 1 };
+    chime__rec_encode(three + CHIME__FILE_HEADER, &r);
+    CHECK(asprintf(&wal, "%s/wal-0000000000000003.log", dir) >= 0, "asprintf");
+    fd = open(wal, O_CREAT | O_WRONLY, 0644);
+    CHECK(fd >= 0, "segment %s", wal);
+    CHECK(pwrite(fd, three, sizeof three, 0) == (ssize_t)sizeof three, "write");
+    close(fd);
+    free(wal);
+    char out[4096];
+    CHECK_EQ(run_tool("verify", out, sizeof out), 1);
+    const char *line = strstr(out, "wal-0000000000000002.log: "), *eol = line ? strchr(line, '\n') : NULL;
+    const char *what = line ? strstr(line, " 0 records, then not a whole record at offset 64\n") : NULL;
+    CHECK(what && strchr(what, '\n') == eol, "wal-2 named with the zeros' offset:\n%s", out);
+    CHECK(strstr(out, "\nDAMAGED") != NULL, "%s", out);
+}
+
 static void verify_names_a_damaged_run_and_fails(void)
 {
     char *run;
@@ -123,6 +156,8 @@ static const struct tap_test tests[] = {
       list_shows_pending_timers_by_due_time_and_dead_shows_dead_letters },
     { "verify_passes_an_intact_journal_and_tolerates_a_torn_tail",
       verify_passes_an_intact_journal_and_tolerates_a_torn_tail },
+    { "verify_names_zeros_before_records_in_a_sealed_segment_and_fails",
+      verify_names_zeros_before_records_in_a_sealed_segment_and_fails },
     { "verify_names_a_damaged_run_and_fails", verify_names_a_damaged_run_and_fails },
 };
 

@@ -90,9 +90,10 @@ static int collect(void *ctx, const struct chime__timer *t)
     return 0;
 }
 
-/* Put `bytes` bytes of the segment (with byte `flip` inverted, if not UINT64_MAX) in scratch as its
- * newest segment, the file `size` bytes long (zeros after `bytes`); open; expect exactly k0..k(keep-1). */
-static void trial(uint64_t bytes, uint64_t size, uint64_t flip, int keep)
+/* Put `bytes` bytes of the segment (with byte `flip` inverted, and 8 zero bytes at `zero`, each if
+ * not UINT64_MAX) in scratch as its newest segment, the file `size` bytes long (zeros after
+ * `bytes`); open; expect exactly k0..k(keep-1). */
+static void trial(uint64_t bytes, uint64_t size, uint64_t flip, uint64_t zero, int keep)
 {
     tmpdir_remove(scratch);
     mkdir(scratch, 0755);
@@ -104,6 +105,8 @@ static void trial(uint64_t bytes, uint64_t size, uint64_t flip, int keep)
         unsigned char c = segment[flip] ^ 0xff;
         CHECK(pwrite(fd, &c, 1, (off_t)flip) == 1, "flip");
     }
+    if (zero != UINT64_MAX)
+        CHECK(pwrite(fd, (const unsigned char[8]){ 0 }, 8, (off_t)zero) == 8, "zeros");
     CHECK(ftruncate(fd, (off_t)size) == 0, "size");
     close(fd);
     free(wal);
@@ -111,8 +114,9 @@ static void trial(uint64_t bytes, uint64_t size, uint64_t flip, int keep)
     struct chime_store_config cfg = { .path = scratch };
     struct chime__backend *b;
     int err = chime__journal_ops.open(&b, &cfg, &no_sink);
-    CHECK(err == 0, "open after a cut at %llu (flip %lld): %s", (unsigned long long)bytes,
-          (long long)(flip == UINT64_MAX ? -1 : (int64_t)flip), chime_strerror(err));
+    CHECK(err == 0, "open after a cut at %llu (flip %lld, zeros %lld): %s",
+          (unsigned long long)bytes, (long long)(flip == UINT64_MAX ? -1 : (int64_t)flip),
+          (long long)(zero == UINT64_MAX ? -1 : (int64_t)zero), chime_strerror(err));
     int seen[N] = { 0 };
     CHECK_EQ(chime__journal_ops.load(b, 0, UINT64_MAX, collect, seen), 0);
     for (int i = 0; i < N; i++)
@@ -141,7 +145,7 @@ static int whole_before(uint64_t x)
 static void a_truncated_tail_keeps_every_record_before_the_cut(void)
 {
     for (uint64_t x = rec_start[N - records_to_cut()]; x <= rec_end[N - 1]; x++)
-        trial(x, x, UINT64_MAX, whole_before(x));
+        trial(x, x, UINT64_MAX, UINT64_MAX, whole_before(x));
 }
 
 static void a_torn_preallocated_tail_keeps_every_record_before_the_zeros(void)
@@ -155,7 +159,7 @@ static void a_torn_preallocated_tail_keeps_every_record_before_the_zeros(void)
                 intact &= segment[b] == 0;
             keep += intact;
         }
-        trial(x, seg_size, UINT64_MAX, keep);
+        trial(x, seg_size, UINT64_MAX, UINT64_MAX, keep);
     }
 }
 
@@ -163,37 +167,101 @@ static void a_flipped_byte_keeps_every_record_before_the_damaged_one(void)
 {
     for (int i = N - records_to_cut(); i < N; i++)
         for (uint64_t x = rec_start[i]; x < rec_end[i]; x++)
-            trial(rec_end[N - 1], seg_size, x, i);
+            trial(rec_end[N - 1], seg_size, x, UINT64_MAX, i);
 }
 
-static void damage_in_a_sealed_segment_refuses_to_open_ebadmsg(void)
+static void zeros_then_records_in_the_newest_segment_are_a_torn_tail(void)
 {
-    /* wal-1 damaged in its middle, then wal-2 with a whole record: not a torn tail. */
+    /* A crash can leave them: the last batch's pages reach the disk in any order before its sync,
+     * and a page never written reads as zeros. Nothing after the zeros was acknowledged. */
+    for (int i = N - records_to_cut(); i < N; i++)
+        trial(rec_end[N - 1], seg_size, UINT64_MAX, rec_start[i], i);
+}
+
+/* Segment `number` in scratch: a header, then records of keys late0..late(n-1), then zeros to 4096
+ * bytes, as if preallocated; 8 zero bytes over the start of the first record if `zero_first`. */
+static void late_segment(uint64_t number, int n, int zero_first)
+{
+    unsigned char seg[4096] = { 0 };
+    chime__header_encode(seg, &(struct chime__file_header){ .lo = number, .hi = number,
+                                                             .next_version = 1000 });
+    size_t off = CHIME__FILE_HEADER;
+    for (int i = 0; i < n; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "late%d", i);
+        struct chime__rec r = { .type = CHIME__PUT, .key_len = (uint16_t)strlen(key), .key = key,
+                                .payload_len = 1, .payload = "x", .version = 1000 + (uint64_t)i,
+                                .due = 1 };
+        chime__rec_encode(seg + off, &r);
+        off += chime__rec_len(r.key_len, r.payload_len);
+    }
+    if (zero_first)
+        memset(seg + CHIME__FILE_HEADER, 0, 8);
+    char name[CHIME__NAME_MAX];
+    chime__wal_name(name, number);
+    char *path = path_in(scratch, name);
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    CHECK(fd >= 0, "create %s", name);
+    CHECK(pwrite(fd, seg, sizeof seg, 0) == (ssize_t)sizeof seg, "write");
+    close(fd);
+    free(path);
+}
+
+/* wal-1 holds the N records with `n` bytes at `at` overwritten by `bytes`, then zeros to seg_size
+ * (its preallocated space); wal-2 is late_segment(2, late, zero_first). Open must refuse with
+ * -EBADMSG and leave both files for an operator to look at. */
+static void expect_damage(uint64_t at, const unsigned char *bytes, size_t n, int late, int zero_first)
+{
     tmpdir_remove(scratch);
     mkdir(scratch, 0755);
     char *wal1 = path_in(scratch, "wal-0000000000000001.log");
     char *wal2 = path_in(scratch, "wal-0000000000000002.log");
     int fd = open(wal1, O_CREAT | O_WRONLY, 0644);
-    unsigned char c = segment[rec_start[N / 2] + 20] ^ 0x01;
+    CHECK(fd >= 0, "create");
     CHECK(pwrite(fd, segment, rec_end[N - 1], 0) == (ssize_t)rec_end[N - 1], "write");
-    CHECK(pwrite(fd, &c, 1, (off_t)(rec_start[N / 2] + 20)) == 1, "flip");
+    CHECK(pwrite(fd, bytes, n, (off_t)at) == (ssize_t)n, "damage");
+    CHECK(ftruncate(fd, (off_t)seg_size) == 0, "size");
     close(fd);
-    unsigned char two[CHIME__FILE_HEADER + 128];
-    chime__header_encode(two, &(struct chime__file_header){ .lo = 2, .hi = 2, .next_version = 1000 });
-    struct chime__rec r = { .type = CHIME__PUT, .key_len = 4, .key = "late", .payload_len = 1,
-                            .payload = "x", .version = 1000, .due = 1 };
-    chime__rec_encode(two + CHIME__FILE_HEADER, &r);
-    fd = open(wal2, O_CREAT | O_WRONLY, 0644);
-    size_t len = CHIME__FILE_HEADER + chime__rec_len(4, 1);
-    CHECK(pwrite(fd, two, len, 0) == (ssize_t)len, "write");
-    close(fd);
+    late_segment(2, late, zero_first);
     struct chime_store_config cfg = { .path = scratch };
     struct chime__backend *b;
-    CHECK_EQ(chime__journal_ops.open(&b, &cfg, &no_sink), -EBADMSG);
-    /* Nothing was changed: both segments are still there for an operator to look at. */
+    int err = chime__journal_ops.open(&b, &cfg, &no_sink);
+    CHECK(err == -EBADMSG, "damage at %llu of wal-1 (%zu bytes), wal-2 with %d records%s: open "
+          "returned %d (%s), not -EBADMSG", (unsigned long long)at, n, late,
+          zero_first ? ", the first zeroed" : "", err, err ? chime_strerror(err) : "ok");
+    if (err == 0)
+        chime__journal_ops.close(b);
+    /* Nothing was changed: both segments are still there. */
     CHECK(access(wal1, F_OK) == 0 && access(wal2, F_OK) == 0, "open changed a damaged journal");
     free(wal1);
     free(wal2);
+}
+
+static void damage_in_a_sealed_segment_refuses_to_open_ebadmsg(void)
+{
+    /* wal-1 damaged in its middle, then wal-2 with a whole record: not a torn tail. */
+    unsigned char c = segment[rec_start[N / 2] + 20] ^ 0x01;
+    expect_damage(rec_start[N / 2] + 20, &c, 1, 1, 0);
+}
+
+static void zeros_in_a_sealed_segment_refuse_to_open_ebadmsg(void)
+{
+    /* A lost write reads back as zeros: at a record boundary they look like the segment's unused
+     * space, but the rest of a record follows them, so they are damage, not the segment's end. */
+    static const unsigned char zeros[8] = { 0 };
+    const int at[] = { 0, 1, N / 2, N - 1 };
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
+        expect_damage(rec_start[at[i]], zeros, sizeof zeros, 1, 0);
+}
+
+static void a_written_segment_after_a_torn_one_refuses_to_open_ebadmsg(void)
+{
+    /* wal-1 looks torn (a flipped byte); wal-2 was written to, so wal-1 had been synced whole:
+     * whatever wal-2 holds after its header, a record whose start reads as zeros or one that is not
+     * whole, it makes wal-1's flaw damage. */
+    unsigned char c = segment[rec_start[N / 2] + 20] ^ 0x01;
+    expect_damage(rec_start[N / 2] + 20, &c, 1, 2, 1); /* zeros, then a whole record */
+    expect_damage(rec_start[N / 2] + 20, &c, 1, 1, 1); /* zeros, then the rest of a record */
 }
 
 static void damage_in_a_run_refuses_to_open_ebadmsg(void)
@@ -224,8 +292,14 @@ static const struct tap_test tests[] = {
       a_torn_preallocated_tail_keeps_every_record_before_the_zeros },
     { "a_flipped_byte_keeps_every_record_before_the_damaged_one",
       a_flipped_byte_keeps_every_record_before_the_damaged_one },
+    { "zeros_then_records_in_the_newest_segment_are_a_torn_tail",
+      zeros_then_records_in_the_newest_segment_are_a_torn_tail },
     { "damage_in_a_sealed_segment_refuses_to_open_ebadmsg",
       damage_in_a_sealed_segment_refuses_to_open_ebadmsg },
+    { "zeros_in_a_sealed_segment_refuse_to_open_ebadmsg",
+      zeros_in_a_sealed_segment_refuse_to_open_ebadmsg },
+    { "a_written_segment_after_a_torn_one_refuses_to_open_ebadmsg",
+      a_written_segment_after_a_torn_one_refuses_to_open_ebadmsg },
     { "damage_in_a_run_refuses_to_open_ebadmsg", damage_in_a_run_refuses_to_open_ebadmsg },
 };
 

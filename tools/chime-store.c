@@ -343,12 +343,12 @@ static int cmd_verify(int dir)
         else
             printf("%s: %" PRIu64 " bytes, %" PRIu64 " records, ok\n", name, size, n);
         if (got == -EBADMSG) {
-            /* A torn tail if no later segment holds a whole record (format.md); else damage. */
+            /* A torn tail if no later segment was written to (format.md); else damage. */
             if (torn)
                 damaged = 1;
             torn = 1;
         } else if (torn && n) {
-            damaged = 1; /* whole records after a cut: the cut was damage */
+            damaged = 1; /* written to after a cut: the cut was damage */
         }
         total += size;
         records += n;

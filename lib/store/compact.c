@@ -65,6 +65,9 @@ void chime__journal_fail(struct chime__backend *j, int err)
     j->failed_told = 1;
     if (!j->error)
         j->error = err;
+    /* release: pairs with the acquire load in chime__journal_error, so a caller that sees the error
+     * also sees the sink told before it (D5). */
+    atomic_store_explicit(&j->error_seen, j->error, memory_order_release);
     pthread_cond_broadcast(&j->done);
     pthread_cond_broadcast(&j->work);
     pthread_mutex_unlock(&j->lock);
@@ -75,10 +78,9 @@ int chime__journal_error(struct chime__backend *j)
     int err = j->wal ? chime__wal_error(j->wal) : 0;
     if (err)
         return err;
-    pthread_mutex_lock(&j->lock);
-    err = j->error;
-    pthread_mutex_unlock(&j->lock);
-    return err;
+    /* acquire: pairs with the release store in chime__journal_fail. Every put and cancel asks this,
+     * so it takes no lock. */
+    return atomic_load_explicit(&j->error_seen, memory_order_acquire);
 }
 
 void chime__journal_sealed(void *ctx, uint64_t segment, uint64_t used)
@@ -222,13 +224,16 @@ static int slurp(int dir, const char *name, uint64_t want, unsigned char **buf, 
     return err;
 }
 
-/* Decode a segment's records (its first `valid` bytes) into recs, flattened; raise *next_version. */
+/* Decode a segment's records (its first `valid` bytes, where records end; UINT64_MAX: not known,
+ * up to its zeros) into recs, flattened; raise *next_version. buf holds its first `size` bytes. */
 static int gather(uint64_t number, const unsigned char *buf, uint64_t size, uint64_t valid,
                   struct chime__rec **recs, size_t *n, size_t *cap, uint64_t *next_version)
 {
     struct chime__file_header h;
     if (size < CHIME__FILE_HEADER || chime__header_decode(buf, &h) || h.run || h.lo != number)
         return -EBADMSG;
+    if (valid != UINT64_MAX && size < valid)
+        return -EBADMSG; /* shorter than what was written to it */
     if (h.next_version > *next_version)
         *next_version = h.next_version;
     uint64_t limit = valid < size ? valid : size;
@@ -236,8 +241,16 @@ static int gather(uint64_t number, const unsigned char *buf, uint64_t size, uint
         struct chime__rec r;
         uint32_t len = 0;
         enum chime__decoded d = chime__rec_decode(buf + off, limit - off, &r, &len);
-        if (d == CHIME__REC_END)
+        if (d == CHIME__REC_END) {
+            /* Zeros are the end only if nothing but zeros follows (format.md, "The reader's
+             * rules"): zeros where records were written, or that data follows, are a lost write. */
+            if (valid != UINT64_MAX)
+                return -EBADMSG;
+            for (uint64_t k = off; k < limit; k++)
+                if (buf[k])
+                    return -EBADMSG;
             break;
+        }
         if (d != CHIME__REC_WHOLE)
             return -EBADMSG; /* replay passes `valid` for a torn segment; a sealed one is whole */
         if (r.version >= *next_version)

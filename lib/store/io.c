@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h> /* PATH_MAX */
 #include <stdatomic.h>
 #include <stdio.h> /* renameat */
 #include <sys/file.h>
@@ -49,6 +50,34 @@ int chime__io_mkdir(const char *path)
     if (mkdir(path, 0755) == 0 || errno == EEXIST)
         return 0;
     return -errno;
+}
+
+int chime__io_sync_parent(const char *path)
+{
+    CHECK_FAULT(CHIME_IO_SYNC, path, -1);
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--; /* "a/b/" names b too */
+    while (n > 0 && path[n - 1] != '/')
+        n--; /* n: the length of the parent's name with its slash, 0 if path has none */
+    char parent[PATH_MAX];
+    if (n >= sizeof parent)
+        return -ENAMETOOLONG;
+    if (n == 0) {
+        strcpy(parent, ".");
+    } else {
+        memcpy(parent, path, n);
+        parent[n] = '\0'; /* "/x" gives "/", "a/x" gives "a/" */
+    }
+    int fd;
+    do
+        fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0)
+        return -errno;
+    int err = fsync(fd) == 0 ? 0 : -errno;
+    close(fd);
+    return err;
 }
 
 int chime__io_open_dir(const char *path)

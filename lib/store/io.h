@@ -39,6 +39,9 @@ typedef int chime__io_fault_fn(void *ctx, enum chime__io_op op, const char *name
 void chime__io_set_fault(chime__io_fault_fn *fn, void *ctx);
 
 int chime__io_mkdir(const char *path);                         /* 0 if it exists already */
+/* fsync the directory that holds path (its entry for path: a new directory is durable only then).
+ * The fault hook sees CHIME_IO_SYNC with path as the name. */
+int chime__io_sync_parent(const char *path);
 int chime__io_open_dir(const char *path);                      /* a descriptor of the directory */
 int chime__io_openat(int dir, const char *name, int flags, mode_t mode);
 int chime__io_tmpfile(int dir);                                /* an unnamed file in dir (O_TMPFILE) */

@@ -422,9 +422,12 @@ static int j_open(struct chime__backend **out, const struct chime_store_config *
     pthread_cond_init(&j->done, NULL);
     atomic_init(&j->flushes, 0);
     atomic_init(&j->backlog, 0);
+    atomic_init(&j->error_seen, 0);
     atomic_init(&j->merges, 0);
 
     int err = chime__io_mkdir(cfg->path);
+    if (!err) /* every open: an earlier one may have crashed between its mkdir and this sync */
+        err = chime__io_sync_parent(cfg->path);
     if (!err) {
         j->dir = chime__io_open_dir(cfg->path);
         err = j->dir < 0 ? j->dir : 0;

@@ -60,6 +60,7 @@ struct chime__backend {
     int error;                 /* sticky: a flush or merge failed (the log has its own) */
     int failed_told;           /* sink->failed was called */
 
+    _Atomic int error_seen;       /* error, for the put path's check without the lock (compact.c) */
     _Atomic int index_asked;      /* the index's write batches want the flusher (compact.c) */
     _Atomic uint64_t backlog;     /* sealed segments not yet flushed (= sealed - flushed) */
     _Atomic uint64_t flushes, merges; /* statistics, for tests and benchmarks */

@@ -48,6 +48,28 @@ static ssize_t fill_to(struct chime__reader *r, size_t want)
     return (ssize_t)r->fill;
 }
 
+/* Zeros (or fewer than 8 bytes) at r->off end the records only if every byte from there to r->end
+ * is zero: a writer never leaves a gap and writes after it, so data after zeros means the zeros
+ * were data once (format.md, "The reader's rules"). Return: 0 all zero; -EBADMSG; a read error.
+ * r->off stays at the zeros. */
+static int rest_is_zero(struct chime__reader *r)
+{
+    for (uint64_t off = r->off; off < r->end;) {
+        size_t want = r->end - off < r->cap ? (size_t)(r->end - off) : r->cap;
+        ssize_t got = chime__io_pread(r->fd, r->buf, want, off);
+        r->start = r->fill = 0; /* buf no longer holds the bytes from r->off on */
+        if (got < 0)
+            return (int)got;
+        for (ssize_t i = 0; i < got; i++)
+            if (r->buf[i])
+                return -EBADMSG;
+        if ((size_t)got < want)
+            return 0; /* the file ends before r->end */
+        off += (uint64_t)got;
+    }
+    return 0;
+}
+
 int chime__reader_next(struct chime__reader *r, struct chime__rec *rec)
 {
     if (r->off >= r->end)
@@ -66,7 +88,7 @@ int chime__reader_next(struct chime__reader *r, struct chime__rec *rec)
             return -EBADMSG; /* the file ends inside the record: a cut write */
     }
     if (d == CHIME__REC_END) /* zeros, or fewer than 8 bytes before the end */
-        return 0;
+        return rest_is_zero(r);
     if (d == CHIME__REC_BAD)
         return -EBADMSG;
     r->start += len;

@@ -34,8 +34,9 @@ void chime__reader_free(struct chime__reader *r);
 /*
  * The next record into *rec (its key and payload valid until the next call). r->off is then the
  * offset just after it; on any other return it is the offset of what was found.
- * Return: 1 a record; 0 the end (`end` reached, or zeros: nothing was written there); -EBADMSG the
- *         bytes at r->off are not a whole record; -EIO or another negative errno if a read failed.
+ * Return: 1 a record; 0 the end (`end` reached, or nothing but zeros from r->off to `end`: nothing
+ *         was written there); -EBADMSG the bytes at r->off are not a whole record, or are zeros
+ *         that non-zero bytes follow before `end`; -EIO or another negative errno if a read failed.
  */
 int chime__reader_next(struct chime__reader *r, struct chime__rec *rec);
 

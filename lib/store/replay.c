@@ -8,9 +8,11 @@
  *    remaining segments must follow the runs without a gap.
  * 2. Read every run, oldest first, checking every record, and rebuild the key index from them.
  * 3. Read the segments in order and rebuild the index from their records, up to the first one that
- *    is not whole. If a later segment holds a whole record, that was damage: -EBADMSG, and nothing
- *    has been changed on disk. Otherwise it is the torn tail: everything before it counts, it and
- *    everything after it do not (format.md, "The reader's rules").
+ *    is not whole, or zeros that data follows (the reader's end is zeros up to the file's end). If
+ *    a later segment was written to (anything but zeros after its header), that was damage: the
+ *    writer had synced this one whole before writing there. -EBADMSG, and nothing has been changed
+ *    on disk. Otherwise it is the torn tail, what a crash cut of the last batch: everything before
+ *    it counts, it and everything after it do not (format.md, "The reader's rules").
  * 4. Flush every segment into a run, the torn one up to its last whole record, and delete it; the
  *    newest ones that hold no whole record are just deleted, and the log starts afresh at the first
  *    of their numbers (a restart of an idle store adds no file).
@@ -181,7 +183,7 @@ static int rebuild_one(void *ctx, const struct chime__rec *r)
 }
 
 /* Step 3 for one segment: rebuild from its whole records. *valid receives the offset after the last
- * whole record and *torn whether something not whole followed it. */
+ * whole record and *torn whether something else than zeros up to the file's end followed it. */
 static int scan_segment(int dir, uint64_t number, struct rebuild *rb, uint64_t *valid, int *torn)
 {
     char name[CHIME__NAME_MAX];
@@ -222,24 +224,31 @@ static int scan_segment(int dir, uint64_t number, struct rebuild *rb, uint64_t *
     return err;
 }
 
-/* Whether segment `number` holds a whole record (its first one: records follow the header). */
-static int holds_record(int dir, uint64_t number)
+/* Whether anything was ever written to segment `number` after its header: a record, whole or not,
+ * or any byte that is not zero (the reader returns 0 at once only if all of it is zero). The writer
+ * writes to a segment only after the one before it is complete and synced, so a torn segment
+ * followed by one that was written to was not torn by a crash. Return: 1, 0, or a read error. */
+static int written_to(int dir, uint64_t number)
 {
     char name[CHIME__NAME_MAX];
     chime__wal_name(name, number);
     int fd = chime__io_openat(dir, name, O_RDONLY, 0);
     if (fd < 0)
-        return 0;
+        return fd;
     uint64_t size = 0;
     struct chime__reader rd;
     struct chime__rec r;
-    int found = 0;
-    if (!chime__io_size(fd, &size) && !chime__reader_init(&rd, fd, CHIME__FILE_HEADER, size)) {
-        found = chime__reader_next(&rd, &r) == 1;
+    int err = chime__io_size(fd, &size);
+    if (!err)
+        err = chime__reader_init(&rd, fd, CHIME__FILE_HEADER, size);
+    if (!err) {
+        err = chime__reader_next(&rd, &r);
+        if (err == 1 || err == -EBADMSG)
+            err = 1;
         chime__reader_free(&rd);
     }
     chime__io_close(fd);
-    return found;
+    return err;
 }
 
 static int add_run(struct chime__backend *j, struct chime__run *r)
@@ -283,9 +292,11 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
         err = scan_segment(j->dir, l.segs[i], &rb, &valid[i], &torn);
         if (err || !torn)
             continue;
-        for (size_t k = i + 1; k < l.nsegs; k++)
-            if (holds_record(j->dir, l.segs[k]))
-                err = -EBADMSG; /* whole records after it: not a torn tail but damage */
+        for (size_t k = i + 1; !err && k < l.nsegs; k++) {
+            err = written_to(j->dir, l.segs[k]);
+            if (err == 1)
+                err = -EBADMSG; /* written to after it: not a torn tail but damage */
+        }
         usable = i + 1;
         break;
     }

@@ -61,11 +61,11 @@ static const char *check_array(const struct chime__levels *L, struct queued *q, 
             dead++;
             continue;
         }
+        CHECK(idx < nodes_limit, "entry names no node");
         if (queued_at(q, a, j)) {
             q->found++;
             continue;
         }
-        CHECK(idx < nodes_limit, "entry names no node");
         CHECK((*chime__node_pos(L, idx) & ~CHIME__POS_OWNER) == (pos_bits | j),
               "node's pos does not name its entry");
         (*live)++;

@@ -39,18 +39,33 @@ int chime__pg_error(const struct chime__backend *b)
     return atomic_load_explicit(&b->error, memory_order_acquire); /* pairs with chime__pg_fail */
 }
 
-int chime__pg_holds(const struct chime__backend *b, unsigned shard, uint64_t epoch)
+int chime__pg_holds(struct chime__backend *b, unsigned shard, uint64_t epoch)
 {
     if (shard >= b->schema.shards || !epoch)
         return 0;
-    const struct pg_shard *sh = &b->shards[shard];
-    /* Acquire: pairs with the lease thread's release stores (lease.c, believe and forget). */
-    return atomic_load_explicit(&sh->epoch, memory_order_acquire) == epoch &&
-           chime__pg_mono() < atomic_load_explicit(&sh->valid_until, memory_order_acquire) &&
-           !atomic_load_explicit(&sh->draining, memory_order_acquire);
+    struct pg_shard *sh = &b->shards[shard];
+    for (;;) {
+        /* Acquire, each: pairs with the lease thread's release stores (lease.c, believe, forget and
+         * the renewal's compare-and-swap): a new epoch is never seen with the old one's deadline. */
+        if (atomic_load_explicit(&sh->epoch, memory_order_acquire) != epoch)
+            return 0;
+        uint64_t until = atomic_load_explicit(&sh->valid_until, memory_order_acquire);
+        if (until && chime__pg_mono() >= until) {
+            /* Lapsed. Make it final before anything is refused for it (P2): a renewal that checked
+             * the belief just before it lapsed then fails its compare-and-swap on this 0 and retakes
+             * the shard in a new epoch, instead of extending one in which a firing was dropped.
+             * relaxed: the word itself is the decision. A failure means a renewal or a new belief
+             * came first: look again. */
+            if (atomic_compare_exchange_strong_explicit(&sh->valid_until, &until, 0,
+                                                        memory_order_relaxed, memory_order_relaxed))
+                return 0;
+            continue;
+        }
+        return until && !atomic_load_explicit(&sh->draining, memory_order_acquire);
+    }
 }
 
-uint64_t chime__pg_epoch_of(const struct chime__backend *b, unsigned shard)
+uint64_t chime__pg_epoch_of(struct chime__backend *b, unsigned shard)
 {
     uint64_t epoch = atomic_load_explicit(&b->shards[shard].epoch, memory_order_acquire);
     return chime__pg_holds(b, shard, epoch) ? epoch : 0;

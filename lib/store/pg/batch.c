@@ -267,8 +267,8 @@ static int prepare_all(struct pg_lane *l, const int *sent, int nsent)
     return PG_OK;
 }
 
-/* One try of the batch. *xid is set once known, *commit_sent once COMMIT is sent; res[st] keeps
- * each statement's result. Return: PG_OK (committed) or PG_*. */
+/* One try of the batch. *xid is set once known, *commit_sent once COMMIT is being sent; res[st]
+ * keeps each statement's result. Return: PG_OK (committed) or PG_*. */
 static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult **res)
 {
     struct pg_conn *pc = &l->conn;
@@ -323,12 +323,16 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
     int failed = PG_OK;
     for (int pass = 0; pass < 2; pass++) {
         if (pass == (waited ? 1 : 0)) { /* the results first if a caller waits for them */
+            /* Before sending, not after: a COMMIT cut off mid-send may still have reached the
+             * server and taken effect (in the extended protocol it does at Execute, before Sync).
+             * Marked sent, a lost connection is resolved by the transaction's status (committed or
+             * aborted) instead of being retried blindly, which would apply the batch twice. */
+            *commit_sent = failed == PG_OK;
             ok = PQsendQueryParams(c, failed == PG_OK ? "COMMIT" : "ROLLBACK", 0, NULL, NULL, NULL,
                                    NULL, 0) &&
                  PQpipelineSync(c);
             if (!ok || flush(c) != PG_OK)
                 return PG_LOST;
-            *commit_sent = failed == PG_OK;
         } else {
             for (int i = 0; i < nstmt; i++) {
                 int s = next_result(pc, &res[order[i]]);

@@ -56,6 +56,8 @@
 
 #define ROUNDS_PER_LEASE 4
 
+void (*chime__pg_renew_hook)(struct chime__backend *b, unsigned shard);
+
 struct round_state {
     uint64_t round;
     uint8_t *free_rounds; /* per shard: consecutive rounds seen free */
@@ -275,9 +277,19 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
             struct pg_shard *sh = &b->shards[s];
             uint64_t mine = atomic_load_explicit(&sh->epoch, memory_order_relaxed);
             uint64_t until = atomic_load_explicit(&sh->valid_until, memory_order_relaxed);
+            int extended = 0;
             if (mine && db[s] == mine && until > chime__pg_mono()) {
-                atomic_store_explicit(&sh->valid_until, sent + b->lease_ns / 4 * 3,
-                                      memory_order_release); /* pairs with chime__pg_holds */
+                if (chime__pg_renew_hook)
+                    chime__pg_renew_hook(b, s);
+                /* Fails if a reader saw the belief lapse since the check and made the lapse final
+                 * (chime__pg_holds set it to 0): then it is retaken below, as a lapse noticed.
+                 * release: pairs with chime__pg_holds's acquire loads. */
+                extended = atomic_compare_exchange_strong_explicit(
+                        &sh->valid_until, &until, sent + b->lease_ns / 4 * 3, memory_order_release,
+                        memory_order_relaxed);
+            }
+            if (extended) {
+                /* renewed: the same epoch, believed for another three quarters of the lease */
             } else if (mine && db[s] == mine) {
                 /* The belief lapsed before this renewal came (a slow round): meanwhile fire()
                  * refused the shard's firings and the logic dropped them, and nothing would arm

@@ -35,7 +35,8 @@
  *   P2 A handler starts only while its node believes its lease valid, and that belief is
  *      conservative: a lease renewed by a request sent at monotonic time t is believed until
  *      t + 3/4 lease, while the database keeps it until at least t + lease (its now() is later than
- *      t). The remaining race (a check, then a pause, then the handler) is closed only by fencing
+ *      t). A lapse is final once seen: chime__pg_holds zeroes the deadline before refusing, and the
+ *      renewal extends only by a compare-and-swap from the deadline it checked. The remaining race (a check, then a pause, then the handler) is closed only by fencing
  *      downstream with chime_fire.fence. (lease.c, the logic's run_handler)
  *   P3 A fired timer stays pending until its acknowledgement commits. A firing recorded in an
  *      epoch that then lost its lease is loaded by the next owner like any pending timer, and fires
@@ -265,10 +266,15 @@ struct chime__backend {
 /* backend.c */
 void chime__pg_fail(struct chime__backend *b, int err); /* sticky error; tells the sink once */
 int chime__pg_error(const struct chime__backend *b);
-/* Whether this node holds shard's lease in `epoch` (locally believed, not draining). */
-int chime__pg_holds(const struct chime__backend *b, unsigned shard, uint64_t epoch);
+/* Whether this node holds shard's lease in `epoch` (locally believed, not draining). A lapse it sees
+ * it makes final (the belief's deadline set to 0), so that no renewal extends that epoch (P2). */
+int chime__pg_holds(struct chime__backend *b, unsigned shard, uint64_t epoch);
 /* The epoch of shard if this node holds it (as chime__pg_holds), else 0. */
-uint64_t chime__pg_epoch_of(const struct chime__backend *b, unsigned shard);
+uint64_t chime__pg_epoch_of(struct chime__backend *b, unsigned shard);
+
+/* lease.c. Tests only: called by the lease thread between a renewal's check that its belief still
+ * holds and the compare-and-swap that extends it. */
+extern void (*chime__pg_renew_hook)(struct chime__backend *b, unsigned shard);
 
 /* lanes.c */
 int chime__pg_lanes_start(struct chime__backend *b);

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Leases on PostgreSQL, at the level of one node's belief (lib/store/pg/lease.c, pg.h P2): what the
+ * node believes it holds and when that belief ends. One throwaway cluster for the file
+ * (test/pg_util.h), one database per test.
+ */
+#include "pg_test.h"
+
+#include "store/pg/pg.h"
+
+static struct pg_cluster cluster;
+static char conninfo[600];
+static struct recorder rec;
+
+/* The renewal the hook stops in: node b's first renewal of shard 0. */
+static _Atomic(struct chime__backend *) hook_b;
+static _Atomic int hook_calls, seen_held;
+static _Atomic uint64_t seen_epoch;
+
+/* Between the renewal's check that the belief still holds and its extension, let the belief lapse
+ * and ask, as fire() does before a firing, whether the shard is held. */
+static void lapse_in_the_renewal(struct chime__backend *b, unsigned shard)
+{
+    if (b != atomic_load(&hook_b) || shard != 0 || atomic_fetch_add(&hook_calls, 1) != 0)
+        return;
+    uint64_t epoch = atomic_load(&b->shards[0].epoch);
+    atomic_store(&seen_epoch, epoch);
+    while (chime__pg_mono() < atomic_load(&b->shards[0].valid_until))
+        sleep_ms(1); /* waiting for the monotonic clock to pass the belief: nothing to wait on */
+    atomic_store(&seen_held, chime__pg_holds(b, 0, epoch));
+}
+
+/*
+ * Found in review: the lease thread checked that its belief had not lapsed, then stored the renewed
+ * deadline. A firing refused in between (fire() saw the lapse; the logic dropped it) was never armed
+ * again, since the renewal went on in the same epoch. A lapse seen is now final: that epoch is never
+ * held again, and the shard comes back in a new one.
+ */
+static void test_a_lapse_seen_between_a_renewals_check_and_its_extension_ends_the_epoch(void)
+{
+    CHECK_EQ(pg_cluster_db(&cluster, "lease_1", 1, 60, conninfo, sizeof conninfo), 0);
+    recorder_init(&rec, NULL);
+    chime__pg_renew_hook = lapse_in_the_renewal; /* before any lease thread runs */
+    chime_store *s = NULL;
+    CHECK_EQ(pg_open_node(&s, conninfo, "a", &rec, 2 * SEC, 0), 0);
+    struct chime__backend *b = s->b;
+    atomic_store(&hook_b, b);
+    while (atomic_load(&hook_calls) < 2) /* the round after the one stopped in has begun */
+        sleep_ms(5); /* a poll: the lease thread offers nothing to wait on */
+    uint64_t old = atomic_load(&seen_epoch);
+    CHECK(old != 0, "the node did not hold the shard when its renewal came");
+    CHECK_EQ(atomic_load(&seen_held), 0); /* the lapse was seen: a firing would have been refused */
+    CHECK_EQ(chime__pg_holds(b, 0, old), 0);
+    uint64_t now_held;
+    while ((now_held = chime__pg_epoch_of(b, 0)) == 0) /* retaken, in a new epoch */
+        sleep_ms(5);
+    CHECK(now_held != old, "the shard is held again in the epoch whose lapse was seen (%llu)",
+          (unsigned long long)old);
+    atomic_store(&hook_b, NULL);
+    CHECK_EQ(chime_store_close(s), 0);
+    chime__pg_renew_hook = NULL;
+    recorder_free(&rec);
+}
+
+int main(void)
+{
+    static const struct tap_test tests[] = {
+        { "a_lapse_seen_between_a_renewals_check_and_its_extension_ends_the_epoch",
+          test_a_lapse_seen_between_a_renewals_check_and_its_extension_ends_the_epoch },
+    };
+    return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
+}
