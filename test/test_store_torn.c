@@ -285,6 +285,34 @@ static void damage_in_a_run_refuses_to_open_ebadmsg(void)
     CHECK_EQ(chime__journal_ops.open(&b, &cfg, &no_sink), -EBADMSG);
 }
 
+/* A damaged run that contains another run's range (a merge whose inputs a crash left behind), and a
+ * segment it covers: open refuses with -EBADMSG and deletes neither the contained run nor the
+ * covered segment before it has read the run that replaces them (found in review: they were deleted
+ * first, so the evidence, and the only good copy of their records, went with a failed open). */
+static void a_damaged_replacing_run_refuses_to_open_and_keeps_what_it_replaces(void)
+{
+    tmpdir_remove(scratch);
+    tmpdir_copy(dir, scratch);
+    struct chime_store_config cfg = { .path = scratch };
+    struct chime__backend *b;
+    CHECK_EQ(chime__journal_ops.open(&b, &cfg, &no_sink), 0); /* wal-1 becomes run 1-1 */
+    CHECK_EQ(chime__journal_ops.close(b), 0);
+    char *run = path_in(scratch, "run-0000000000000001-0000000000000001.run");
+    char *wider = path_in(scratch, "run-0000000000000001-0000000000000002.run");
+    char *wal = path_in(scratch, "wal-0000000000000001.log");
+    char *orig_wal = path_in(dir, "wal-0000000000000001.log");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s' && cp '%s' '%s'", run, wider, orig_wal, wal);
+    CHECK_EQ(system(cmd), 0); /* the wider run's header names 1-1: damage by the name's account */
+    CHECK_EQ(chime__journal_ops.open(&b, &cfg, &no_sink), -EBADMSG);
+    CHECK(access(run, F_OK) == 0, "the contained run was deleted by an open that failed");
+    CHECK(access(wal, F_OK) == 0, "the covered segment was deleted by an open that failed");
+    free(run);
+    free(wider);
+    free(wal);
+    free(orig_wal);
+}
+
 static const struct tap_test tests[] = {
     { "a_truncated_tail_keeps_every_record_before_the_cut",
       a_truncated_tail_keeps_every_record_before_the_cut },
@@ -301,6 +329,8 @@ static const struct tap_test tests[] = {
     { "a_written_segment_after_a_torn_one_refuses_to_open_ebadmsg",
       a_written_segment_after_a_torn_one_refuses_to_open_ebadmsg },
     { "damage_in_a_run_refuses_to_open_ebadmsg", damage_in_a_run_refuses_to_open_ebadmsg },
+    { "a_damaged_replacing_run_refuses_to_open_and_keeps_what_it_replaces",
+      a_damaged_replacing_run_refuses_to_open_and_keeps_what_it_replaces },
 };
 
 int main(void)

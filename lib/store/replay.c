@@ -3,10 +3,12 @@
  * Recovery at open: from whatever a crash left in the directory to J1 (journal.h), in four steps.
  *
  * 1. Sort out the files (format.md, "Files"). *.tmp files are dropped: a run not yet renamed. A run
- *    whose range another run's contains is dropped: a merge's input that a crash left behind. The
- *    other runs must not overlap. Segments a run covers are dropped: flushed, not yet deleted. The
+ *    whose range another run's contains is set aside: a merge's input that a crash left behind. The
+ *    other runs must not overlap. Segments a run covers are set aside: flushed, not yet deleted. The
  *    remaining segments must follow the runs without a gap.
- * 2. Read every run, oldest first, checking every record, and rebuild the key index from them.
+ * 2. Read every run, oldest first, checking every record, and rebuild the key index from them. Only
+ *    then delete what step 1 set aside: a damaged run fails the open with the files it replaced
+ *    still there.
  * 3. Read the segments in order and rebuild the index from their records, up to the first one that
  *    is not whole, or zeros that data follows (the reader's end is zeros up to the file's end). If
  *    a later segment was written to (anything but zeros after its header), that was damage: the
@@ -40,6 +42,10 @@ struct listing {
     size_t nruns, cruns;
     uint64_t *segs;
     size_t nsegs, csegs;
+    struct range *gone_runs; /* contained in a live run: deleted once the live runs have been read */
+    size_t ngone_runs, cgone_runs;
+    uint64_t *gone_segs;     /* covered by a live run: likewise */
+    size_t ngone_segs, cgone_segs;
     int err;
 };
 
@@ -105,11 +111,9 @@ static int sort_out(struct listing *l, int dir)
     for (size_t i = 0; i < l->nruns; i++) {
         /* Sorted by lo, widest first: a run is contained in another iff in the last one kept. */
         if (kept && l->runs[i].hi <= l->runs[kept - 1].hi) {
-            char name[CHIME__NAME_MAX];
-            chime__run_name(name, l->runs[i].lo, l->runs[i].hi);
-            err = chime__io_unlinkat(dir, name);
-            if (err)
-                return err;
+            if (grow((void **)&l->gone_runs, &l->cgone_runs, l->ngone_runs, sizeof *l->gone_runs))
+                return -ENOMEM;
+            l->gone_runs[l->ngone_runs++] = l->runs[i];
             continue;
         }
         if (kept && l->runs[i].lo <= l->runs[kept - 1].hi)
@@ -123,11 +127,9 @@ static int sort_out(struct listing *l, int dir)
     kept = 0;
     for (size_t i = 0; i < l->nsegs; i++) {
         if (l->segs[i] <= covered) {
-            char name[CHIME__NAME_MAX];
-            chime__wal_name(name, l->segs[i]);
-            err = chime__io_unlinkat(dir, name);
-            if (err)
-                return err;
+            if (grow((void **)&l->gone_segs, &l->cgone_segs, l->ngone_segs, sizeof *l->gone_segs))
+                return -ENOMEM;
+            l->gone_segs[l->ngone_segs++] = l->segs[i];
             continue;
         }
         l->segs[kept++] = l->segs[i];
@@ -251,6 +253,26 @@ static int written_to(int dir, uint64_t number)
     return err;
 }
 
+/* After step 2 read every live run whole: delete the runs and segments they replace. Not before, so
+ * that an open refused for a damaged run leaves the files that still hold its records. */
+static int drop_replaced(const struct listing *l, int dir)
+{
+    char name[CHIME__NAME_MAX];
+    for (size_t i = 0; i < l->ngone_runs; i++) {
+        chime__run_name(name, l->gone_runs[i].lo, l->gone_runs[i].hi);
+        int err = chime__io_unlinkat(dir, name);
+        if (err)
+            return err;
+    }
+    for (size_t i = 0; i < l->ngone_segs; i++) {
+        chime__wal_name(name, l->gone_segs[i]);
+        int err = chime__io_unlinkat(dir, name);
+        if (err)
+            return err;
+    }
+    return l->ngone_runs || l->ngone_segs ? chime__io_fsync(dir) : 0;
+}
+
 static int add_run(struct chime__backend *j, struct chime__run *r)
 {
     if (grow((void **)&j->runs, &j->cruns, j->nruns, sizeof *j->runs))
@@ -283,6 +305,9 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
                 chime__run_unref(r);
         }
     }
+
+    if (!err)
+        err = drop_replaced(&l, j->dir);
 
     size_t usable = l.nsegs; /* step 3: segments before the torn one, and the torn one */
     if (!err && l.nsegs && !(valid = calloc(l.nsegs, sizeof *valid)))
@@ -332,5 +357,7 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
     free(valid);
     free(l.runs);
     free(l.segs);
+    free(l.gone_runs);
+    free(l.gone_segs);
     return err;
 }
