@@ -271,11 +271,8 @@ static bool next_live_event(const struct chime__levels *L, const struct queued *
 int chime__levels_next(const struct chime__levels *L, uint64_t *when)
 {
     struct queued q = { .n = L->npending };
-    for (uint32_t k = 0; k < q.n; k++) { /* none while firing (I7) */
-        uint32_t s;
-        unsigned level = chime__levels_locate(L, L->pending_deadline[k], L->pending_pos[k], &s);
-        q.arr[k] = level == CHIME__LEVELS_MAX ? &L->due : &L->lv[level].slots[s];
-    }
+    for (uint32_t k = 0; k < q.n; k++) /* none while firing (I7) */
+        q.arr[k] = chime__levels_queued(L, k);
     struct event ev;
     uint32_t due_live = chime__slot_live(&L->due) - queued_in(&q, &L->due);
     if (L->firing == CHIME__FIRING_DUE)

@@ -225,6 +225,15 @@ static inline unsigned chime__levels_locate(const struct chime__levels *L, uint6
     return pos & CHIME__POS_DUE ? CHIME__LEVELS_MAX : chime__levels_find_held(L, deadline, s);
 }
 
+/* The array queued removal k (< npending) names, as it names it: no tombstone written yet. */
+static inline const struct chime__slot *chime__levels_queued(const struct chime__levels *L,
+                                                             uint32_t k)
+{
+    uint32_t s;
+    unsigned level = chime__levels_locate(L, L->pending_deadline[k], L->pending_pos[k], &s);
+    return level == CHIME__LEVELS_MAX ? &L->due : &L->lv[level].slots[s];
+}
+
 /* Append node idx to slot s of a level, writing its position (keeping the owner bit).
  * Return: 0, or -ENOMEM (nothing changed). */
 static inline int chime__levels_append(struct chime__levels *L, unsigned level, uint32_t s,

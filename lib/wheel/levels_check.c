@@ -26,10 +26,8 @@ static void locate_queued(const struct chime__levels *L, struct queued *q)
     q->n = L->npending < CHIME__PENDING ? L->npending : CHIME__PENDING;
     q->found = 0;
     for (uint32_t k = 0; k < q->n; k++) {
-        uint32_t pos = L->pending_pos[k], s;
-        unsigned level = pos & CHIME__POS_DUE ? 0 : chime__levels_find_held(L, L->pending_deadline[k], &s);
-        q->arr[k] = pos & CHIME__POS_DUE ? &L->due : &L->lv[level].slots[s];
-        q->at[k] = pos & CHIME__POS_INDEX;
+        q->arr[k] = chime__levels_queued(L, k);
+        q->at[k] = L->pending_pos[k] & CHIME__POS_INDEX;
     }
 }
 
