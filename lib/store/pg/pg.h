@@ -36,8 +36,9 @@
  *      conservative: a lease renewed by a request sent at monotonic time t is believed until
  *      t + 3/4 lease, while the database keeps it until at least t + lease (its now() is later than
  *      t). A lapse is final once seen: chime__pg_holds zeroes the deadline before refusing, and the
- *      renewal extends only by a compare-and-swap from the deadline it checked. The remaining race (a check, then a pause, then the handler) is closed only by fencing
- *      downstream with chime_fire.fence. (lease.c, the logic's run_handler)
+ *      renewal extends only by a compare-and-swap from the deadline it checked. The remaining race
+ *      (a check, then a pause, then the handler) is closed only by fencing downstream with
+ *      chime_fire.fence. (lease.c, the logic's run_handler)
  *   P3 A fired timer stays pending until its acknowledgement commits. A firing recorded in an
  *      epoch that then lost its lease is loaded by the next owner like any pending timer, and fires
  *      again with attempt + 1 (the recorded attempt is kept). (firing.c)

@@ -27,8 +27,9 @@
  * whose rows is a pending version (keys.end_epoch IS NULL with that version) is settled: the
  * tombstones of the versions in it are deleted from keys, then the partition is dropped. The check
  * is made again in the transaction that drops the partition, after locking it (ACCESS EXCLUSIVE),
- * so that no put can commit a row into it between the check and the drop (retire_one). No row of timers is ever deleted or updated, so it is never vacuumed row by row; keys
- * (one small row per live key) is the only table whose rows are deleted.
+ * so that no put can commit a row into it between the check and the drop (retire_one). No row of
+ * timers is ever deleted or updated, so it is never vacuumed row by row; keys (one small row per
+ * live key) is the only table whose rows are deleted.
  */
 #define _GNU_SOURCE
 #include <errno.h>
