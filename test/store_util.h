@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What the durable store's tests share: temporary journal directories, clocks, a recorder of handler
- * calls that tests wait on, and an injectable wall clock (lib/store/store.h's test hook).
+ * calls that tests wait on, an injectable wall clock (lib/store/store.h's test hook), and a fault
+ * hook for io.h.
  */
 #ifndef CHIME_TEST_STORE_UTIL_H
 #define CHIME_TEST_STORE_UTIL_H
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include "chime.h"
+#include "store/io.h"
 #include "store/store.h"
 #include "tap.h"
 
@@ -384,6 +386,25 @@ static inline int store_tests_run(const struct tap_test *tests, int n, char **di
     }
     recorder_free(rec);
     return rc;
+}
+
+/* io.h's fault hook: fail the armed kind of operation with -EIO, counting its attempts (armed or
+ * not) from when the hook is set. */
+struct io_fault {
+    _Atomic int armed;
+    enum chime__io_op op;
+    _Atomic long hits;
+};
+
+static inline int io_fault_fail(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    struct io_fault *f = ctx;
+    (void)name;
+    (void)fd;
+    if (op != f->op)
+        return 0;
+    atomic_fetch_add(&f->hits, 1);
+    return atomic_load(&f->armed) ? -EIO : 0;
 }
 
 #endif /* CHIME_TEST_STORE_UTIL_H */
