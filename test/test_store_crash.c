@@ -23,7 +23,8 @@
  * In even rounds the key index keeps every table in a file with batches of 8 pending writes
  * (chime__index_set_defaults), in the child and in the reopen, so that crashes land between an
  * index write and its batch reaching the file too: the index is rebuilt from the journal whatever
- * its files held.
+ * its files held; and every reopen's rebuild spills its records to disk and builds the tables one
+ * at a time from them (index.c, "REBUILDING"), as a large journal's does.
  *
  * One journal directory serves every round, so crashes land in flushes and merges of earlier
  * rounds' files too. CHIME_CRASH_ROUNDS (default 24) sets the rounds; CHIME_SEED the seed.
@@ -272,7 +273,7 @@ static void run_round(unsigned r, struct rng *rng)
     base = wall_ns() + (near_mode ? 0 : 3600 * SEC);
     memset(keys, 0, sizeof keys);
     int files = r % 2 == 0; /* the index in files (see above) */
-    chime__index_set_defaults(files ? 1024 : 0, files ? 8 : 0);
+    chime__index_set_defaults(files ? 1024 : 0, files ? 8 : 0, files ? 1 : 0);
     int fds[2];
     CHECK(pipe(fds) == 0, "pipe");
     fflush(stdout);
@@ -350,7 +351,7 @@ static void run_round(unsigned r, struct rng *rng)
         check_key(i);
     printf("# round %u (%s, index %s): %zu calls acknowledged before the kill\n", r,
            near_mode ? "near" : "far", files ? "in files" : "in memory", ops);
-    chime__index_set_defaults(0, 0);
+    chime__index_set_defaults(0, 0, 0);
     free(buf);
 }
 

@@ -6,7 +6,8 @@
  * come in; lookups the tags of a file table settle without a read, those they do not ("maybe"), and
  * I/O errors of a table's file (made by io.h's fault hook); and whole stores whose index lives in
  * files (chime__index_set_defaults): puts, replacements and cancels from several threads, with the
- * flusher writing the index's batches out meanwhile, exact before and after a reopen.
+ * flusher writing the index's batches out meanwhile, exact before and after a reopen (whose rebuild
+ * spills its records to disk and builds one table at a time, index.c "REBUILDING").
  * CHIME_INDEX_KEYS (default 300000) sets the number of keys.
  */
 #include "store_util.h"
@@ -113,24 +114,6 @@ static void random_operations_agree_with_a_plain_array_when_every_write_goes_to_
     random_operations("test_store_index (batch 1)", 1, 0);
 }
 
-/* io.h's fault hook: fail the armed kind of operation with -EIO, counting the attempts. */
-struct fault {
-    _Atomic int armed;
-    enum chime__io_op op;
-    _Atomic long hits;
-};
-
-static int fail_op(void *ctx, enum chime__io_op op, const char *name, int fd)
-{
-    struct fault *f = ctx;
-    (void)name;
-    (void)fd;
-    if (op != f->op)
-        return 0;
-    atomic_fetch_add(&f->hits, 1);
-    return atomic_load(&f->armed) ? -EIO : 0;
-}
-
 /* An index of `keys` keys 0.. (version i + 1) in file tables holding up to `batch` pending writes. */
 static struct chime__index *filled_index(int *fd, struct rng *r, int keys, uint32_t batch)
 {
@@ -185,8 +168,8 @@ static void a_new_key_the_tags_rule_out_is_not_read_and_a_maybe_is_read_and_sett
             no = no < 0 ? i : no;
     }
     CHECK(no >= 0 && yes >= 0, "no absent key with each answer (%d, %d)", no, yes);
-    static struct fault reads = { 0, CHIME_IO_READ, 0 };
-    chime__io_set_fault(fail_op, &reads);
+    static struct io_fault reads = { 0, CHIME_IO_READ, 0 };
+    chime__io_set_fault(io_fault_fail, &reads);
     atomic_store(&reads.armed, 1); /* every pread fails from here */
     uint64_t v;
     CHECK_EQ(get(ix, no, &v), 0);   /* settled by the tags: no read, no error */
@@ -218,8 +201,8 @@ static void a_failed_write_of_a_batch_keeps_it_pending_and_the_index_exact(void)
     int fd;
     struct rng r = { rng_seed("test_store_index (write error)") };
     struct chime__index *ix = filled_index(&fd, &r, KEYS, BATCH);
-    static struct fault writes = { 0, CHIME_IO_WRITE, 0 };
-    chime__io_set_fault(fail_op, &writes);
+    static struct io_fault writes = { 0, CHIME_IO_WRITE, 0 };
+    chime__io_set_fault(io_fault_fail, &writes);
     atomic_store(&writes.armed, 1);
     int failed = 0, i = KEYS;
     for (; i < KEYS + 64 * BATCH && !failed; i++) { /* until some table's batch is full */
@@ -258,6 +241,8 @@ struct event {
     uint64_t version;
 };
 
+/* Trials 0-3 build the tables in memory (1 and 3 then move them into files), 4 and 5 spill the
+ * records to disk and build one table at a time from them. Every event goes to both tables. */
 static void a_rebuild_reaches_the_same_state_in_any_order(void)
 {
     /* Per key: versions put in turn, each but maybe the last ended. */
@@ -276,7 +261,7 @@ static void a_rebuild_reaches_the_same_state_in_any_order(void)
         }
         expect[k] = ev[n - 1].kill ? 0 : ev[n - 1].version;
     }
-    for (int trial = 0; trial < 4; trial++) {
+    for (int trial = 0; trial < 6; trial++) {
         for (int i = n - 1; trial && i > 0; i--) { /* the first in order, then shuffled */
             int j = (int)rng_below(&r, (uint64_t)i + 1);
             struct event t = ev[i];
@@ -285,37 +270,72 @@ static void a_rebuild_reaches_the_same_state_in_any_order(void)
         }
         int fd;
         struct chime__index *ix = open_index(&fd, &r);
-        if (trial % 2) {
+        if (trial >= 4)
+            chime__index_set_spill_over(ix, 0); /* spill whatever the size */
+        if (trial % 2 || trial >= 4)
             CHECK_EQ(chime__index_presize(ix, KEYS), 0);
+        if (trial % 2)
             chime__index_set_memory_max(ix, 4096); /* rebuild_done moves them into files */
+        static struct chime__rebuild_op ops[KEYS * 8 * 2];
+        for (int i = 0; i < 2 * n; i++) { /* the events, shuffled, for each table in turn */
+            key_of(ix, ev[i % n].key, &ops[i].k);
+            ops[i].version = ev[i % n].version;
+            ops[i].due = i < n ? 7 : 0;
+            ops[i].table = i < n ? CHIME__IX_PENDING : CHIME__IX_DEAD;
+            ops[i].kill = (uint8_t)ev[i % n].kill;
         }
-        static struct chime__rebuild_op ops[KEYS * 8];
-        for (int i = 0; i < n; i++) {
-            key_of(ix, ev[i].key, &ops[i].k);
-            ops[i].version = ev[i].version;
-            ops[i].due = 7;
-            ops[i].table = CHIME__IX_PENDING;
-            ops[i].kill = (uint8_t)ev[i].kill;
-        }
-        for (int i = 0; i < n;) { /* in batches of any size */
+        for (int i = 0; i < 2 * n;) { /* in batches of any size */
             int b = 1 + (int)rng_below(&r, 100);
-            b = b < n - i ? b : n - i;
+            b = b < 2 * n - i ? b : 2 * n - i;
             CHECK_EQ(chime__index_rebuild(ix, ops + i, (size_t)b), 0);
             i += b;
         }
         CHECK_EQ(chime__index_rebuild_done(ix), 0);
-        uint64_t live = 0;
-        for (int k = 0; k < KEYS; k++) {
-            struct chime__ikey key;
-            uint64_t v, due;
-            key_of(ix, k, &key);
-            int found = chime__index_get(ix, CHIME__IX_PENDING, &key, &v, &due);
-            CHECK(found == (expect[k] != 0) && (!found || v == expect[k]),
-                  "trial %d key %d: found %d (%llu), want %llu", trial, k, found,
-                  (unsigned long long)(found ? v : 0), (unsigned long long)expect[k]);
-            live += found;
+        for (int t = CHIME__IX_PENDING; t <= CHIME__IX_DEAD; t++) {
+            uint64_t live = 0;
+            for (int k = 0; k < KEYS; k++) {
+                struct chime__ikey key;
+                uint64_t v, due;
+                key_of(ix, k, &key);
+                int found = chime__index_get(ix, (enum chime__index_table)t, &key, &v, &due);
+                CHECK(found == (expect[k] != 0) && (!found || (v == expect[k] && due == (t ? 0 : 7))),
+                      "trial %d table %d key %d: found %d (%llu), want %llu", trial, t, k, found,
+                      (unsigned long long)(found ? v : 0), (unsigned long long)expect[k]);
+                live += found;
+            }
+            CHECK_EQ(chime__index_count(ix, (enum chime__index_table)t), live);
         }
-        CHECK_EQ(chime__index_count(ix, CHIME__IX_PENDING), live);
+        chime__index_free(ix);
+        close(fd);
+    }
+}
+
+/* A spilled rebuild whose spill cannot write, or cannot read back, fails with the error. */
+static void a_spilled_rebuild_reports_its_spills_io_errors(void)
+{
+    enum { KEYS = 200 };
+    struct rng r = { rng_seed("test_store_index (spill error)") };
+    for (int which = 0; which < 2; which++) {
+        static struct io_fault f;
+        f = (struct io_fault){ 0, which ? CHIME_IO_READ : CHIME_IO_WRITE, 0 };
+        int fd;
+        struct chime__index *ix = open_index(&fd, &r);
+        chime__index_set_spill_over(ix, 0);
+        CHECK_EQ(chime__index_presize(ix, KEYS), 0);
+        chime__io_set_fault(io_fault_fail, &f);
+        atomic_store(&f.armed, 1);
+        int err = 0;
+        for (int i = 0; i < KEYS && !err; i++) {
+            struct chime__rebuild_op op = { .version = (uint64_t)i + 1, .due = 3 };
+            key_of(ix, i, &op.k);
+            err = chime__index_rebuild(ix, &op, 1);
+        }
+        CHECK_EQ(err, which ? 0 : -EIO); /* blocks are written while records come in */
+        if (!err)
+            err = chime__index_rebuild_done(ix); /* ... and read back here */
+        CHECK_EQ(err, -EIO);
+        CHECK(atomic_load(&f.hits) > 0, "the fault was never met");
+        chime__io_set_fault(NULL, NULL);
         chime__index_free(ix);
         close(fd);
     }
@@ -381,7 +401,7 @@ static chime_store *open_far(const char *path)
 static void a_store_whose_index_is_in_files_stays_exact_across_threads_and_a_reopen(void)
 {
     char *path = tmpdir_make("index-store");
-    chime__index_set_defaults(1024, 8); /* every table in a file, small batches */
+    chime__index_set_defaults(1024, 8, 1); /* every table in a file, small batches; rebuilds spill */
     chime_store *s = open_far(path);
     uint64_t due = wall_ns() + 24 * 3600 * SEC; /* a day ahead: on disk only, in the index */
     struct worker w[STORE_THREADS];
@@ -414,7 +434,7 @@ static void a_store_whose_index_is_in_files_stays_exact_across_threads_and_a_reo
     CHECK_EQ(st.pending, 0);
     CHECK_EQ(chime_store_close(s), 0);
     CHECK(!atomic_load(&fired_any), "a timer a day ahead fired");
-    chime__index_set_defaults(0, 0);
+    chime__index_set_defaults(0, 0, 0);
     tmpdir_remove(path);
     free(path);
 }
@@ -435,7 +455,7 @@ static int fail_index_reads(void *ctx, enum chime__io_op op, const char *name, i
 static void an_index_read_error_fails_the_store_with_eio_for_good(void)
 {
     char *path = tmpdir_make("index-eio");
-    chime__index_set_defaults(1024, 1); /* every table in a file, each write soon in it */
+    chime__index_set_defaults(1024, 1, 0); /* every table in a file, each write soon in it */
     chime_store *s = open_far(path);
     uint64_t due = wall_ns() + 24 * 3600 * SEC;
     char key[32];
@@ -459,7 +479,7 @@ static void an_index_read_error_fails_the_store_with_eio_for_good(void)
     CHECK_EQ(st.pending, 2000);
     CHECK_EQ(chime_store_cancel(s, "e5", 2), 0);
     CHECK_EQ(chime_store_close(s), 0);
-    chime__index_set_defaults(0, 0);
+    chime__index_set_defaults(0, 0, 0);
     tmpdir_remove(path);
     free(path);
 }
@@ -473,6 +493,7 @@ static const struct tap_test tests[] = {
     { "a_failed_write_of_a_batch_keeps_it_pending_and_the_index_exact",
       a_failed_write_of_a_batch_keeps_it_pending_and_the_index_exact },
     { "a_rebuild_reaches_the_same_state_in_any_order", a_rebuild_reaches_the_same_state_in_any_order },
+    { "a_spilled_rebuild_reports_its_spills_io_errors", a_spilled_rebuild_reports_its_spills_io_errors },
     { "a_store_whose_index_is_in_files_stays_exact_across_threads_and_a_reopen",
       a_store_whose_index_is_in_files_stays_exact_across_threads_and_a_reopen },
     { "an_index_read_error_fails_the_store_with_eio_for_good",

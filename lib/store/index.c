@@ -27,9 +27,18 @@
  * Memory per key: nothing in memory for the slots of a file table, 1 byte of tags per slot (1.3 to
  * 2.7 bytes per key at 3/8 to 3/4 full) and, once its batch has filled, 1.5 bytes per slot for it:
  * 40 MiB for 10^7 keys under puts, 16 MiB when only opened.
- * While a rebuild runs, and while a large table grows, the table being built is anonymous memory,
- * written into its file in one sequential write when it is complete: the process holds it whole
- * for that long (32 bytes per slot: 512 MiB for 10^7 keys, the peak of an open).
+ * While a large table grows, the table being built is anonymous memory, written into its file in
+ * one sequential write when it is complete: the process holds it whole for that long (32 bytes per
+ * slot: 16 MiB per stripe for 10^7 keys).
+ *
+ * REBUILDING. A rebuild applies the journal's records in any order (index.h). When the journal
+ * could hold more keys than SPILL_OVER bytes of tables (presize's estimate), building every table
+ * at once would hold the whole index in memory (512 MiB for 10^7 keys); instead the records are
+ * spilled (spill.h), one bucket per table, into an unnamed file, and rebuild_done builds the
+ * tables one after the other from their buckets, each moved into its file before the next is
+ * begun. The process then holds one table under construction, the tags of those done, and the
+ * spill's buffers; the spill's file goes through the page cache (32 bytes a record, written once
+ * and read once, in 64 KiB blocks).
  *
  * The index stays derived: nothing here is synced, the tags and batches die with the process, and
  * open() rebuilds the whole index (tags included) from the journal.
@@ -45,12 +54,16 @@
 
 #include "store/index_table.h"
 #include "store/lock.h"
+#include "store/spill.h"
 
 #define STRIPES 32
 #define MIN_SLOTS 128u                     /* 4 KiB */
 #define MEM_MAX ((uint64_t)512 << 10)      /* bytes of a table kept in memory */
 #define BATCH 0u                           /* pending writes of a file table: 0 sizes them (index_table.c) */
 #define ENDED (UINT64_C(1) << 63)          /* rebuild only: this greatest version has ended */
+#define SPILL_OVER ((uint64_t)64 << 20)    /* a rebuild whose tables may take more bytes spills */
+#define SPILL_BLOCK 2048u                  /* slots a spill writes at a time (64 KiB) */
+#define SPILL_BLOCK_TESTS 8u               /* the same when a test sets the threshold */
 
 typedef struct chime__islot_data slot_t;
 typedef struct chime__itable table_t;
@@ -64,13 +77,18 @@ struct stripe {
 /* What chime__index_open starts with (tests lower them for whole stores: chime__index_set_defaults). */
 static uint64_t default_mem_max = MEM_MAX;
 static uint32_t default_batch = BATCH;
+static uint64_t default_spill_over = SPILL_OVER;
+static uint32_t default_spill_block = SPILL_BLOCK;
 
 struct chime__index {
     uint64_t k0, k1; /* the SipHash key */
     int dir;
-    int building;    /* from open to chime__index_rebuild_done: every table stays in memory */
+    int building;    /* tables being filled by a rebuild stay in memory (REBUILDING) */
     uint64_t mem_max; /* bytes of a table kept in memory (MEM_MAX; tests lower it) */
     uint32_t batch;   /* pending writes of a file table (0: sized by the table; tests set it) */
+    uint64_t spill_over; /* SPILL_OVER; tests lower it */
+    uint32_t spill_block; /* SPILL_BLOCK; SPILL_BLOCK_TESTS when a test set spill_over */
+    struct chime__spill *spill; /* a rebuild's records, a bucket per table (REBUILDING), or NULL */
     _Atomic uint64_t bytes;    /* of every table */
     _Atomic uint64_t live[2];  /* entries not ended, per table */
     _Atomic int flush_hint;    /* a file table holds half a batch of pending writes */
@@ -95,6 +113,8 @@ int chime__index_open(struct chime__index **out, int dir)
     ix->building = 1; /* until rebuild_done: open rebuilds before anything else */
     ix->mem_max = default_mem_max;
     ix->batch = default_batch;
+    ix->spill_over = default_spill_over;
+    ix->spill_block = default_spill_block;
     for (int i = 0; i < STRIPES; i++) {
         chime__short_lock_init(&ix->stripes[i].lock);
         ix->stripes[i].t[0] = ix->stripes[i].t[1] = (table_t)CHIME__ITABLE_NONE;
@@ -112,6 +132,7 @@ void chime__index_free(struct chime__index *ix)
             chime__itable_free(&ix->stripes[i].t[t]);
         pthread_mutex_destroy(&ix->stripes[i].lock);
     }
+    chime__spill_free(ix->spill);
     free(ix);
 }
 
@@ -133,7 +154,7 @@ void chime__index_unlock(struct chime__index *ix, const struct chime__ikey *k)
     pthread_mutex_unlock(&ix->stripes[k->stripe].lock);
 }
 
-/* Whether a table of cap slots lives in a file (once the rebuild is over). */
+/* Whether a table of cap slots lives in a file (unless a rebuild is filling it). */
 static int belongs_in_file(const struct chime__index *ix, uint64_t cap)
 {
     return !ix->building && cap * sizeof(slot_t) > ix->mem_max;
@@ -347,11 +368,21 @@ int chime__index_del_at(struct chime__index *ix, enum chime__index_table t,
 
 /* ---- rebuilding ---- */
 
+/* The spill's bucket of a stripe's table. */
+static unsigned bucket_of(unsigned stripe, unsigned table)
+{
+    return stripe * 2 + table;
+}
+
 int chime__index_presize(struct chime__index *ix, uint64_t n)
 {
     uint64_t per = n / STRIPES + 1, cap = MIN_SLOTS;
     while (per * 4 > cap * 3) /* at most three quarters full: the most reserve() lets it be */
         cap *= 2;
+    if (cap * sizeof(slot_t) * STRIPES > ix->spill_over) /* the tables grow as they are built */
+        return ix->spill ? 0
+                         : chime__spill_open(&ix->spill, ix->dir, STRIPES * 2, sizeof(slot_t),
+                                             ix->spill_block);
     for (int i = 0; i < STRIPES; i++) {
         table_t *tb = &ix->stripes[i].t[CHIME__IX_PENDING];
         if (tb->cap < cap) {
@@ -396,7 +427,8 @@ static int rebuild_one(struct chime__index *ix, const struct chime__rebuild_op *
     return 0;
 }
 
-int chime__index_rebuild(struct chime__index *ix, const struct chime__rebuild_op *ops, size_t n)
+/* Apply ops to the tables (in memory: building). */
+static int apply(struct chime__index *ix, const struct chime__rebuild_op *ops, size_t n)
 {
     for (size_t i = 0; i < n; i++) { /* a hint only: a table that grows meanwhile moves its slots */
         const table_t *tb = &ix->stripes[ops[i].k.stripe].t[ops[i].table];
@@ -411,25 +443,80 @@ int chime__index_rebuild(struct chime__index *ix, const struct chime__rebuild_op
     return 0;
 }
 
+int chime__index_rebuild(struct chime__index *ix, const struct chime__rebuild_op *ops, size_t n)
+{
+    if (!ix->spill)
+        return apply(ix, ops, n);
+    for (size_t i = 0; i < n; i++) { /* a record of the spill is the slot the op would write */
+        slot_t rec = { ops[i].k.h.lo, ops[i].k.h.hi, ops[i].version | (ops[i].kill ? ENDED : 0),
+                       ops[i].due };
+        int err = chime__spill_add(ix->spill, bucket_of(ops[i].k.stripe, ops[i].table), &rec);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+struct unspill {
+    struct chime__index *ix;
+    unsigned stripe, table;
+};
+
+/* chime__spill_fn: apply spilled records to their table, a batch at a time (apply fetches ahead). */
+static int unspill_some(void *ctx, const void *recs, size_t n)
+{
+    const struct unspill *u = ctx;
+    const slot_t *rec = recs;
+    struct chime__rebuild_op ops[64];
+    for (size_t i = 0; i < n;) {
+        size_t m = n - i < 64 ? n - i : 64;
+        for (size_t k = 0; k < m; k++, i++)
+            ops[k] = (struct chime__rebuild_op){
+                .k = { { rec[i].lo, rec[i].hi }, u->stripe },
+                .version = rec[i].version & ~ENDED,
+                .due = rec[i].due,
+                .table = (uint8_t)u->table,
+                .kill = (rec[i].version & ENDED) != 0,
+            };
+        int err = apply(u->ix, ops, m);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+/* The end of a table's rebuild: drop what ended, or move it into its file if it belongs there. */
+static int finish(struct chime__index *ix, table_t *tb)
+{
+    if (tb->ended > tb->used / 4) { /* drop what ended, size the table for what is left */
+        uint64_t cap = MIN_SLOTS;
+        while ((tb->used - tb->ended + 1) * 2 > cap)
+            cap *= 2;
+        return resize(ix, tb, cap, 0);
+    }
+    if (tb->slots && belongs_in_file(ix, tb->cap))
+        return chime__itable_to_file(tb, ix->dir, ix->batch);
+    return 0;
+}
+
 int chime__index_rebuild_done(struct chime__index *ix)
 {
-    ix->building = 0;
-    for (int i = 0; i < STRIPES; i++)
-        for (int t = 0; t < 2; t++) {
-            table_t *tb = &ix->stripes[i].t[t];
-            int err = 0;
-            if (tb->ended > tb->used / 4) { /* drop what ended, size the table for what is left */
-                uint64_t cap = MIN_SLOTS;
-                while ((tb->used - tb->ended + 1) * 2 > cap)
-                    cap *= 2;
-                err = resize(ix, tb, cap, 0);
-            } else if (tb->slots && belongs_in_file(ix, tb->cap)) {
-                err = chime__itable_to_file(tb, ix->dir, ix->batch);
+    int err = 0;
+    for (unsigned i = 0; !err && i < STRIPES; i++)
+        for (unsigned t = 0; !err && t < 2; t++) {
+            if (ix->spill) { /* fill this table alone from its bucket, then finish it */
+                struct unspill u = { ix, i, t };
+                ix->building = 1;
+                err = chime__spill_read(ix->spill, bucket_of(i, t), unspill_some, &u);
             }
-            if (err)
-                return err;
+            ix->building = 0;
+            if (!err)
+                err = finish(ix, &ix->stripes[i].t[t]);
         }
-    return 0;
+    ix->building = 0;
+    chime__spill_free(ix->spill);
+    ix->spill = NULL;
+    return err;
 }
 
 uint64_t chime__index_count(const struct chime__index *ix, enum chime__index_table t)
@@ -442,10 +529,18 @@ void chime__index_set_memory_max(struct chime__index *ix, uint64_t bytes)
     ix->mem_max = bytes;
 }
 
-void chime__index_set_defaults(uint64_t mem_max, uint32_t batch)
+void chime__index_set_defaults(uint64_t mem_max, uint32_t batch, uint64_t spill_over)
 {
     default_mem_max = mem_max ? mem_max : MEM_MAX;
     default_batch = batch;
+    default_spill_over = spill_over ? spill_over : SPILL_OVER;
+    default_spill_block = spill_over ? SPILL_BLOCK_TESTS : SPILL_BLOCK;
+}
+
+void chime__index_set_spill_over(struct chime__index *ix, uint64_t bytes)
+{
+    ix->spill_over = bytes;
+    ix->spill_block = SPILL_BLOCK_TESTS;
 }
 
 void chime__index_set_write_batch(struct chime__index *ix, uint32_t n)

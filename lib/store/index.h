@@ -90,14 +90,18 @@ struct chime__rebuild_op {
     uint8_t table; /* enum chime__index_table */
     uint8_t kill;  /* 1: the version ended */
 };
-/* Room for about n keys per table, so that a rebuild does not grow (rehash) its tables as it goes. */
+/* Room for about n keys per table, so that a rebuild does not grow (rehash) its tables as it goes;
+ * or, when tables for n keys would take more than 64 MiB, the rebuild spills its records to disk
+ * and builds one table at a time in chime__index_rebuild_done (index.c, "REBUILDING"). Before the
+ * first chime__index_rebuild. Return: 0, -ENOMEM. */
 int chime__index_presize(struct chime__index *ix, uint64_t n);
-/* Apply ops in their order. Their slots are fetched ahead, a batch at a time: a rebuild is a cache
- * miss per record otherwise. Return: 0 or an error as chime__index_set. */
+/* Apply ops in their order (or spill them, to be applied by chime__index_rebuild_done). Their slots
+ * are fetched ahead, a batch at a time: a rebuild is a cache miss per record otherwise. Return: 0 or
+ * an error as chime__index_set, or the spill's (spill.h). */
 int chime__index_rebuild(struct chime__index *ix, const struct chime__rebuild_op *ops, size_t n);
-/* Drop what ended (unless it is under a quarter of a table: an ended entry reads as absent, and a
- * later put of its key takes its slot), and move the large tables into their files (during a rebuild the process holds
- * every table: up to the whole index). Return: 0 or an error as chime__index_set. */
+/* Build the tables from the spill if there is one, then drop what ended (unless it is under a
+ * quarter of a table: an ended entry reads as absent, and a later put of its key takes its slot),
+ * and move the large tables into their files. Return: 0 or an error as chime__index_rebuild. */
 int chime__index_rebuild_done(struct chime__index *ix);
 
 /* Live entries in table t (exact when no call runs). Any thread. */
@@ -108,9 +112,14 @@ void chime__index_set_memory_max(struct chime__index *ix, uint64_t bytes);
 /* Tests: pending writes a file table holds before it writes them out (0, the default: sized by the
  * table, index_table.c), before any table is in a file. */
 void chime__index_set_write_batch(struct chime__index *ix, uint32_t n);
-/* Tests: the memory limit and batch every index opened from now on starts with (0: the defaults),
- * so that a whole store's index lives in files; set while no store is open. */
-void chime__index_set_defaults(uint64_t mem_max, uint32_t batch);
+/* Tests: the memory limit, batch and spill threshold every index opened from now on starts with (0:
+ * the defaults), so that a whole store's index lives in files, or its rebuilds spill (a threshold
+ * set also makes the spill write blocks of 8 records, so that a small rebuild goes through its
+ * file); set while no store is open. */
+void chime__index_set_defaults(uint64_t mem_max, uint32_t batch, uint64_t spill_over);
+/* Tests: a rebuild spills when its tables may take more than `bytes` (64 MiB otherwise), in blocks
+ * of 8 records; before chime__index_presize. */
+void chime__index_set_spill_over(struct chime__index *ix, uint64_t bytes);
 /* Tests: 1 if k's tags in table t say "maybe" (a slot of its probe run has its tag: a lookup reads
  * from the file), 0 if they settle the lookup without a read. With k's stripe locked. */
 int chime__index_maybe(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k);
