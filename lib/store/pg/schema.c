@@ -232,11 +232,12 @@ static int delete_tombstones(struct pg_conn *pc, uint64_t n)
  */
 static int retire_one(struct pg_conn *pc, uint64_t n)
 {
-    int rc = has_pending(pc, n);
-    if (rc == 0)
-        rc = delete_tombstones(pc, n);
+    int pending = has_pending(pc, n); /* 1, 0, or PG_* */
+    if (pending != 0)
+        return pending > 0 ? 0 : pending;
+    int rc = delete_tombstones(pc, n);
     if (rc != PG_OK)
-        return rc > 0 ? 0 : rc;
+        return rc;
     /* Never queue behind a long reader (everything else would queue behind us): try, and try
      * again next round. Dropping a partition also locks the parent, for an instant. */
     char sql[200];
@@ -245,11 +246,13 @@ static int retire_one(struct pg_conn *pc, uint64_t n)
              " LOCK TABLE chime.timers_%" PRIu64 " IN ACCESS EXCLUSIVE MODE",
              n);
     rc = run(pc, sql);
-    int pending = rc == PG_OK ? has_pending(pc, n) : rc;
-    if (pending == 0) /* the versions that ended since the first deletion */
-        rc = delete_tombstones(pc, n);
-    else if (pending < 0)
-        rc = pending;
+    if (rc == PG_OK) { /* the decision again, under the lock */
+        pending = has_pending(pc, n);
+        if (pending < 0)
+            rc = pending;
+        else if (pending == 0) /* the versions that ended since the first deletion */
+            rc = delete_tombstones(pc, n);
+    }
     if (rc == PG_OK && pending == 0) {
         snprintf(sql, sizeof sql, "DROP TABLE chime.timers_%" PRIu64, n);
         rc = run(pc, sql);
