@@ -201,16 +201,19 @@ static int save_wal_1(void *ctx, enum chime__io_op op, const char *name, int fd)
 
 static void a_group_commit_split_across_two_segments_reopens_whole(void)
 {
-    /* 1 MiB segments (the smallest, and the first): 17 puts of 64 KiB in one group commit do not
-     * fit after a small one; two more small ones follow in the next segment. */
+    /* 1 MiB segments (the smallest, and the first): 17 puts of 65 452-byte payloads in one group
+     * commit do not fit after a small one; two more small ones follow in the next segment. The sizes
+     * are chosen so that a 17th record would fit in wal-1 but for its MARK: 64 + 80 + 64 (the small
+     * commit), then 16 records of 65 520 bytes leave 65 520 + 48 bytes, so the writer, which keeps
+     * room for the MARK, stops after 15. */
     dir = tmpdir_make("marks");
     CHECK(dir != NULL, "mkdtemp");
     chime__io_set_fault(save_wal_1, NULL);
     struct chime__backend *b = open_journal();
-    put_key(b, 0, 100);
+    put_key(b, 0, 10);
     CHECK_EQ(chime__journal_ops.sync(b), 0);
     for (int i = 1; i < 18; i++)
-        put_key(b, i, CHIME_STORE_PAYLOAD_MAX);
+        put_key(b, i, 65452);
     CHECK_EQ(chime__journal_ops.sync(b), 0);
     for (int i = 18; i < 20; i++) {
         put_key(b, i, 100);
@@ -225,10 +228,12 @@ static void a_group_commit_split_across_two_segments_reopens_whole(void)
     /* wal-1: the small commit, then the big one's first part, each with its MARK, and the part
      * ends where a record and a MARK no longer fit. */
     CHECK(one.nmark == 2 && one.mark_start[0] == CHIME__FILE_HEADER &&
-              one.mark_start[1] == one.rec[1] && one.nrec > 2 && one.nrec < 18,
+              one.mark_start[1] == one.rec[1] && one.nrec == 16,
           "wal-1: %d records, %d MARKs", one.nrec, one.nmark);
-    CHECK(one.mark[1] + CHIME__MARK_LEN + (one.rec_end[1] - one.rec[1]) > one.size,
-          "wal-1's part of the big commit stopped early");
+    CHECK(one.size == 1u << 20 && one.mark[1] + CHIME__MARK_LEN + (one.rec_end[1] - one.rec[1]) > one.size,
+          "wal-1's part of the big commit stopped where no record and MARK fit in its 1 MiB: "
+          "its MARK ends at %llu of %llu", (unsigned long long)(one.mark[1] + CHIME__MARK_LEN),
+          (unsigned long long)one.size);
     /* wal-2: the rest of the big commit from its first byte, then the two small ones. */
     CHECK(two.nrec == 20 - one.nrec && two.nmark == 3 && two.mark_start[0] == CHIME__FILE_HEADER,
           "wal-2: %d records, %d MARKs", two.nrec, two.nmark);
