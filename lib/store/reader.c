@@ -145,7 +145,7 @@ int chime__reader_mark_after(struct chime__reader *r, uint64_t x, uint64_t *at, 
         }
         if ((size_t)got < want)
             break; /* the file ends before r->end */
-        off += i; /* i > 0: want >= CHIME__MARK_LEN; the next read starts at the first offset not looked at */
+        off += i; /* from the first offset not looked at (i > 0, as want >= CHIME__MARK_LEN) */
     }
     return 0;
 }
