@@ -222,7 +222,7 @@ static int scan_segment(int dir, uint64_t number, struct rebuild *rb, uint64_t *
             *torn = 0;
         else if (n != -EBADMSG)
             err = n;
-        else { /* synced before a later batch was written: damage */
+        else { /* a torn point: damage if a later batch's MARK names a start after it */
             uint64_t at, start;
             err = chime__reader_mark_after(&rd, rd.off, &at, &start);
             if (err == 1)
