@@ -18,14 +18,12 @@
  * space means a commit's fdatasync does not also have to log a new file size; the flusher creates
  * the next segment ahead of time (chime__wal_prepare) so that the writer does not pause for it.
  *
- * MARKS. Each batch's part in a segment is written with a MARK right after it, in the same pwritev:
- * the offset where the part begins, the segment's number and its header's random salt (format.md).
- * Room for the MARK is kept when deciding what fits. The writer writes nothing of a batch before the
- * previous batch's fdatasync returned, so a whole MARK on disk proves that every byte of its segment
- * before its start had been synced: the reader then knows damage there from a torn tail. MARKs are
- * written by the writer alone and are not appended: LSNs count appended records only, and `done`
- * below, an offset in the batch's buffer, stays an LSN difference; only seg_off (and the `used` a
- * seal reports) counts the MARKs' bytes too.
+ * MARKS. Each batch's part in a segment is followed by a MARK in the same pwritev (room for it is
+ * kept): where the part begins, the segment's number and its header's salt (format.md). Nothing of a
+ * batch is written before the previous batch's fdatasync returned, so a whole MARK proves every byte
+ * of its segment before its start synced: the reader tells damage there from a torn tail. MARKs are
+ * not appended: LSNs count records only (`done` below, an offset in the batch's buffer, is an LSN
+ * difference); seg_off, and the `used` a seal reports, count MARKs too.
  *
  * WAITING. Sixty-four threads waiting for one commit must not, on being woken, fight over the
  * log's lock to find out that they may go: a waiter reads `durable_lsn` (acquire; it pairs with the
