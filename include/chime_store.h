@@ -140,16 +140,18 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  * Open (or create) the store in cfg->path, replay its journal, and start firing: timers already due
  * fire at once (within max_fires_per_s), those due within the horizon are loaded, the rest wait on
  * disk. A torn tail left by a crash is cut at the last whole record; nothing that was reported durable
- * is lost. (Damage to the newest log segment cannot be told from a torn tail and is cut the same way,
- * acknowledged records after it included: docs/design.md, "Limits".)
+ * is lost. (Damage inside the last group commit written cannot be told from a torn tail and is cut
+ * the same way, that commit's acknowledged records after it included: docs/design.md, "Limits".)
  * @out: receives the store; untouched on error.  @handler: called for every firing; @ctx is its first
  * argument.
  * Return: 0; -EINVAL if out, cfg or handler is NULL, cfg->path and cfg->postgres are both NULL,
  *         cfg->sync is not a chime_sync, or the runtime config is invalid (as chime_timer_new);
  *         -EBUSY if another process (or another open store in this one) has the directory open;
  *         -EBADMSG if the journal is damaged other than by a torn tail (a checksum fails, or zeros
- *         are followed by data, in a file that had been completely written: run `chime-store verify`
- *         on the directory); -ENOMEM;
+ *         are followed by data, in a file or a group commit that had been completely written and
+ *         synced, as a later group commit's mark in the log shows: run `chime-store verify` on the
+ *         directory); -EPROTO if the journal's files are of another format version (written by
+ *         chime before 0.2.0's release: there is no migration; nothing is changed); -ENOMEM;
  *         -EIO, -ENOSPC, or another negative errno from the file system (-EACCES, -ENOTDIR, ...);
  *         -ECHILD if a thread could not be started.
  *         With cfg->postgres: -ENOTSUP if this build has no PostgreSQL support (libpq);

@@ -22,6 +22,7 @@ CHIME_API const char *chime_strerror(int err)
     case -EIO: return "I/O error: the store has failed; reopen it";
     case -ENOSPC: return "no space left on the device: the store has failed; reopen it";
     case -EBADMSG: return "the journal is damaged (run chime-store verify)";
+    case -EPROTO: return "the journal's files (or the database's schema) are another format version";
     case -EACCES: return "permission denied";
     case -ENOTDIR: return "not a directory";
     default: return "unknown error";

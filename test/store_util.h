@@ -100,6 +100,20 @@ static inline void tmpdir_remove(const char *path)
     rmdir(path);
 }
 
+/* Copy file src to dst (created or truncated). */
+static inline void file_copy(const char *src, const char *dst)
+{
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    char buf[1 << 16];
+    size_t n;
+    while (in && out && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        fwrite(buf, 1, n, out);
+    if (in)
+        fclose(in);
+    if (out)
+        fclose(out);
+}
+
 /* Copy every file of directory `from` into the empty or absent directory `to`. */
 static inline void tmpdir_copy(const char *from, const char *to)
 {
@@ -117,15 +131,7 @@ static inline void tmpdir_copy(const char *from, const char *to)
             free(src);
             continue;
         }
-        FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
-        char buf[1 << 16];
-        size_t n;
-        while (in && out && (n = fread(buf, 1, sizeof buf, in)) > 0)
-            fwrite(buf, 1, n, out);
-        if (in)
-            fclose(in);
-        if (out)
-            fclose(out);
+        file_copy(src, dst);
         free(src);
         free(dst);
     }

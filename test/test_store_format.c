@@ -115,13 +115,20 @@ static void records_survive_encode_and_decode_and_every_flip_is_caught(void)
 static void headers_and_names_round_trip(void)
 {
     unsigned char h[CHIME__FILE_HEADER];
-    struct chime__file_header in = { 1, 5, 9, 123456, 42 }, out;
+    struct chime__file_header in = { 1, 5, 9, 123456, 42, 0 }, out;
     chime__header_encode(h, &in);
     CHECK_EQ(chime__header_decode(h, &out), 0);
     CHECK(out.run == 1 && out.lo == 5 && out.hi == 9 && out.next_version == 123456, "header");
     h[20] ^= 1;
     CHECK_EQ(chime__header_decode(h, &out), -EBADMSG);
-    in = (struct chime__file_header){ 0, 7, 8, 1, 0 }; /* a segment covers one number */
+    in = (struct chime__file_header){ 0, 7, 8, 1, 0, 99 }; /* a segment covers one number */
+    chime__header_encode(h, &in);
+    CHECK_EQ(chime__header_decode(h, &out), -EBADMSG);
+    in = (struct chime__file_header){ 0, 7, 7, 1, 0, 99 };
+    chime__header_encode(h, &in);
+    CHECK_EQ(chime__header_decode(h, &out), 0);
+    CHECK(out.run == 0 && out.lo == 7 && out.salt == 99, "a segment's header and its salt");
+    in.salt = 0; /* a segment's salt is never 0 (its MARKs carry it) */
     chime__header_encode(h, &in);
     CHECK_EQ(chime__header_decode(h, &out), -EBADMSG);
 
@@ -137,6 +144,63 @@ static void headers_and_names_round_trip(void)
     CHECK_EQ(chime__parse_name("run-0000000000000003-000000000000000G.run", &lo, &hi), 0);
     CHECK_EQ(chime__parse_name("wal-0000000000000003.log.tmp", &lo, &hi), 0);
     CHECK_EQ(chime__parse_name("LOCK", &lo, &hi), 0);
+}
+
+/* A whole header, but of the format before MARKs (version 1, no salt): refused as another version,
+ * not taken for a header a crash cut. */
+static void a_header_of_format_version_1_is_eproto(void)
+{
+    unsigned char h[CHIME__FILE_HEADER];
+    struct chime__file_header in = { 0, 3, 3, 1, 0, 0 }, out;
+    for (int run = 0; run < 2; run++) {
+        in.run = run;
+        chime__header_encode(h, &in);
+        memset(h + 8, 0, 4);
+        h[8] = 1;             /* version 1 */
+        memset(h + 48, 0, 8); /* no salt then */
+        uint32_t crc = chime__crc_mask(chime__crc32c(0, h, 60));
+        for (int i = 0; i < 4; i++)
+            h[60 + i] = (unsigned char)(crc >> (8 * i));
+        CHECK_EQ(chime__header_decode(h, &out), -EPROTO);
+        h[20] ^= 1; /* and not whole: damage, as before */
+        CHECK_EQ(chime__header_decode(h, &out), -EBADMSG);
+    }
+}
+
+static void a_mark_round_trips_and_is_valid_only_where_its_segment_can_hold_it(void)
+{
+    unsigned char buf[CHIME__MARK_LEN];
+    struct chime__file_header seg = { 0, 12, 12, 1, 0, 0x5a17 }, run = { 1, 12, 12, 1, 0, 0 };
+    chime__mark_encode(buf, &(struct chime__batch_mark){ .start = 256, .segment = 12,
+                                                         .salt = 0x5a17 });
+    struct chime__rec r;
+    struct chime__batch_mark m;
+    uint32_t len = 0;
+    CHECK_EQ(chime__rec_decode(buf, sizeof buf, &r, &len), CHIME__REC_WHOLE);
+    CHECK_EQ(len, CHIME__MARK_LEN);
+    CHECK_EQ(r.type, CHIME__MARK);
+    CHECK(chime__mark_valid(&r, &seg, 256, &m), "a MARK right after its batch's start");
+    CHECK(m.start == 256 && m.segment == 12 && m.salt == 0x5a17, "its fields");
+    CHECK(chime__mark_valid(&r, &seg, 4096, NULL), "a MARK after its batch's records");
+    CHECK(!chime__mark_valid(&r, &seg, 248, NULL), "a MARK before the start it names");
+    CHECK(!chime__mark_valid(&r, &run, 4096, NULL), "a MARK in a run");
+    seg.salt++;
+    CHECK(!chime__mark_valid(&r, &seg, 4096, NULL), "a MARK with another segment's salt");
+    seg.salt--;
+    seg.lo = seg.hi = 13;
+    CHECK(!chime__mark_valid(&r, &seg, 4096, NULL), "a MARK naming another segment");
+    for (size_t i = 0; i < sizeof buf; i++) { /* every flip of every byte is caught */
+        for (int bit = 0; bit < 8; bit++) {
+            buf[i] ^= (unsigned char)(1u << bit);
+            enum chime__decoded d = chime__rec_decode(buf, sizeof buf, &r, &len);
+            CHECK(d == CHIME__REC_BAD || d == CHIME__REC_SHORT || d == CHIME__REC_END,
+                  "a flip of bit %d at %zu went unseen (%d)", bit, i, d);
+            buf[i] ^= (unsigned char)(1u << bit);
+        }
+    }
+    /* A MARK's fields are checked as a record's are: a start of 0 is not whole. */
+    chime__mark_encode(buf, &(struct chime__batch_mark){ .start = 0, .segment = 12, .salt = 1 });
+    CHECK_EQ(chime__rec_decode(buf, sizeof buf, &r, &len), CHIME__REC_BAD);
 }
 
 static void a_run_sorts_pending_by_due_then_dead_letters_by_version(void)
@@ -173,6 +237,9 @@ static const struct tap_test tests[] = {
     { "records_survive_encode_and_decode_and_every_flip_is_caught",
       records_survive_encode_and_decode_and_every_flip_is_caught },
     { "headers_and_names_round_trip", headers_and_names_round_trip },
+    { "a_header_of_format_version_1_is_eproto", a_header_of_format_version_1_is_eproto },
+    { "a_mark_round_trips_and_is_valid_only_where_its_segment_can_hold_it",
+      a_mark_round_trips_and_is_valid_only_where_its_segment_can_hold_it },
     { "a_run_sorts_pending_by_due_then_dead_letters_by_version",
       a_run_sorts_pending_by_due_then_dead_letters_by_version },
 };

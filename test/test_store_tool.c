@@ -77,19 +77,50 @@ static void list_shows_pending_timers_by_due_time_and_dead_shows_dead_letters(vo
     CHECK(strstr(out, "pending 3\ndead 1\n") != NULL, "%s", out);
 }
 
+/* Flip byte `at` of wal-2 (twice: back as it was). */
+static void flip_wal_2(uint64_t at)
+{
+    char *wal;
+    CHECK(asprintf(&wal, "%s/wal-0000000000000002.log", dir) >= 0, "asprintf");
+    int fd = open(wal, O_RDWR);
+    unsigned char c;
+    CHECK(fd >= 0 && pread(fd, &c, 1, (off_t)at) == 1, "read %s", wal);
+    c ^= 0x20;
+    CHECK(pwrite(fd, &c, 1, (off_t)at) == 1, "flip");
+    close(fd);
+    free(wal);
+}
+
+static void verify_names_damage_before_a_later_group_commit_in_the_newest_segment_and_fails(void)
+{
+    /* wal-2 holds two group commits (a put each, with its MARK). A flipped byte in the first: the
+     * second's MARK shows the first had been synced, so it is damage, not a torn tail. */
+    char out[4096];
+    flip_wal_2(CHIME__FILE_HEADER + 20);
+    CHECK_EQ(run_tool("verify", out, sizeof out), 1);
+    CHECK(strstr(out, "wal-0000000000000002.log: DAMAGED at offset 64: the group commit marked at "
+                      "offset ") != NULL, "wal-2 named with the damage's offset:\n%s", out);
+    CHECK(strstr(out, "\nDAMAGED") != NULL, "%s", out);
+    flip_wal_2(CHIME__FILE_HEADER + 20);
+    CHECK_EQ(run_tool("verify", out, sizeof out), 0);
+    CHECK(strstr(out, "wal-0000000000000002.log: ") && strstr(out, " 2 records in 2 group commits, ok\n"),
+          "%s", out);
+}
+
 static void verify_passes_an_intact_journal_and_tolerates_a_torn_tail(void)
 {
     char out[4096];
     CHECK_EQ(run_tool("verify", out, sizeof out), 0);
     CHECK(strstr(out, "\nok\n") != NULL, "%s", out);
-    /* Cut the last record of the segment in half: a torn tail. */
+    /* Cut the last record of the segment in half: a torn tail (it is the last group commit's; each
+     * put was its own, a record and its MARK). */
     char *wal;
     CHECK(asprintf(&wal, "%s/wal-0000000000000002.log", dir) >= 0, "asprintf");
     int fd = open(wal, O_RDWR);
     CHECK(fd >= 0, "segment %s", wal);
     unsigned char buf[4096];
     CHECK(pread(fd, buf, sizeof buf, 0) > 0, "read");
-    uint32_t len1 = buf[68] | buf[69] << 8, off2 = 64 + len1; /* second record's offset */
+    uint32_t len1 = buf[68] | buf[69] << 8, off2 = 64 + len1 + CHIME__MARK_LEN; /* the second's */
     uint32_t len2 = buf[off2 + 4] | buf[off2 + 5] << 8;
     memset(buf, 0, sizeof buf);
     CHECK(pwrite(fd, buf, len2 / 2, off2 + len2 / 2) == (ssize_t)(len2 / 2), "tear");
@@ -114,7 +145,8 @@ static void verify_names_zeros_before_records_in_a_sealed_segment_and_fails(void
     close(fd);
     free(wal);
     unsigned char three[CHIME__FILE_HEADER + 128] = { 0 };
-    chime__header_encode(three, &(struct chime__file_header){ .lo = 3, .hi = 3, .next_version = 1000 });
+    chime__header_encode(three, &(struct chime__file_header){ .lo = 3, .hi = 3, .next_version = 1000,
+                                                              .salt = 1 });
     struct chime__rec r = { .type = CHIME__PUT, .key_len = 4, .key = "late", .payload_len = 1,
                             .payload = "x", .version = 1000, .due = 1 };
     chime__rec_encode(three + CHIME__FILE_HEADER, &r);
@@ -127,7 +159,7 @@ static void verify_names_zeros_before_records_in_a_sealed_segment_and_fails(void
     char out[4096];
     CHECK_EQ(run_tool("verify", out, sizeof out), 1);
     const char *line = strstr(out, "wal-0000000000000002.log: "), *eol = line ? strchr(line, '\n') : NULL;
-    const char *what = line ? strstr(line, " 0 records, then not a whole record at offset 64\n") : NULL;
+    const char *what = line ? strstr(line, " 0 records in 0 group commits, then not a whole record at offset 64\n") : NULL;
     CHECK(what && strchr(what, '\n') == eol, "wal-2 named with the zeros' offset:\n%s", out);
     CHECK(strstr(out, "\nDAMAGED") != NULL, "%s", out);
 }
@@ -154,6 +186,8 @@ static void verify_names_a_damaged_run_and_fails(void)
 static const struct tap_test tests[] = {
     { "list_shows_pending_timers_by_due_time_and_dead_shows_dead_letters",
       list_shows_pending_timers_by_due_time_and_dead_shows_dead_letters },
+    { "verify_names_damage_before_a_later_group_commit_in_the_newest_segment_and_fails",
+      verify_names_damage_before_a_later_group_commit_in_the_newest_segment_and_fails },
     { "verify_passes_an_intact_journal_and_tolerates_a_torn_tail",
       verify_passes_an_intact_journal_and_tolerates_a_torn_tail },
     { "verify_names_zeros_before_records_in_a_sealed_segment_and_fails",

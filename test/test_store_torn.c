@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Torn tails and damage (lib/store/format.md, "The reader's rules"): a journal whose newest segment
- * holds N puts is cut at every byte offset of its last records (truncated, and zero-filled as a
- * preallocated file is after a torn write), and has every byte of those records flipped. Each time
- * the journal must open, and hold exactly the puts whose records end before the damage. Damage
- * anywhere else (a sealed segment followed by whole records, a run) must refuse to open with
- * -EBADMSG. CHIME_TORN_RECORDS (default 3) sets how many of the last records are cut at every byte.
+ * holds N puts, each its own group commit (a record and its MARK), is cut at every byte offset of
+ * its last records (truncated, and zero-filled as a preallocated file is after a torn write): each
+ * time the journal must open, and hold exactly the puts whose records end before the cut. Every
+ * byte of the last group commit is flipped, and zeroed: a torn tail as well. Every byte of the
+ * acknowledged group commits before it is flipped, and zeroed: the later commit's MARK shows they
+ * had been synced, so that is damage, and open must refuse with -EBADMSG and change nothing. Damage
+ * anywhere else (a sealed segment followed by whole records, a run) must refuse likewise.
+ * CHIME_TORN_RECORDS (default 3) sets how many of the last records are cut at every byte.
  */
 #include "store_util.h"
 
@@ -20,7 +23,8 @@
 static char *dir, *scratch;
 static unsigned char *segment; /* the newest segment, as written */
 static uint64_t seg_size;
-static uint64_t rec_start[N], rec_end[N];
+static uint64_t rec_start[N], rec_end[N]; /* put i's record; its group commit's MARK follows it */
+static uint64_t written;                  /* the end of the last MARK: what the writer wrote */
 
 static const struct chime__sink no_sink = { NULL, NULL, NULL, NULL };
 
@@ -61,15 +65,30 @@ static void build(void)
     seg_size = (uint64_t)st.st_size;
     segment = malloc(seg_size);
     CHECK(pread(fd, segment, seg_size, 0) == (ssize_t)seg_size, "read");
-    struct chime__reader rd;
-    CHECK_EQ(chime__reader_init(&rd, fd, CHIME__FILE_HEADER, seg_size), 0);
-    struct chime__rec r;
+    /* Each put was its own group commit: its record, then a MARK naming the record's offset. */
+    struct chime__file_header h;
+    CHECK_EQ(chime__header_decode(segment, &h), 0);
+    uint64_t off = CHIME__FILE_HEADER;
     for (int i = 0; i < N; i++) {
-        rec_start[i] = rd.off;
-        CHECK_EQ(chime__reader_next(&rd, &r), 1);
-        rec_end[i] = rd.off;
+        struct chime__rec r;
+        uint32_t len;
+        rec_start[i] = off;
+        CHECK_EQ(chime__rec_decode(segment + off, seg_size - off, &r, &len), CHIME__REC_WHOLE);
+        CHECK(r.type == CHIME__PUT, "put %d's record", i);
+        rec_end[i] = off += len;
+        struct chime__batch_mark m;
+        CHECK_EQ(chime__rec_decode(segment + off, seg_size - off, &r, &len), CHIME__REC_WHOLE);
+        CHECK(chime__mark_valid(&r, &h, off, &m) && m.start == rec_start[i], "put %d's MARK", i);
+        off += len;
     }
+    written = off;
+    struct chime__reader rd;
+    struct chime__rec r;
+    CHECK_EQ(chime__reader_init_segment(&rd, fd, &h, seg_size), 0);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(chime__reader_next(&rd, &r), 1);
     CHECK_EQ(chime__reader_next(&rd, &r), 0);
+    CHECK_EQ(rd.marks, N);
     chime__reader_free(&rd);
     close(fd);
     free(wal);
@@ -92,8 +111,8 @@ static int collect(void *ctx, const struct chime__timer *t)
 
 /* Put `bytes` bytes of the segment (with byte `flip` inverted, and 8 zero bytes at `zero`, each if
  * not UINT64_MAX) in scratch as its newest segment, the file `size` bytes long (zeros after
- * `bytes`); open; expect exactly k0..k(keep-1). */
-static void trial(uint64_t bytes, uint64_t size, uint64_t flip, uint64_t zero, int keep)
+ * `bytes`). Return: the file's path. */
+static char *damaged_copy(uint64_t bytes, uint64_t size, uint64_t flip, uint64_t zero)
 {
     tmpdir_remove(scratch);
     mkdir(scratch, 0755);
@@ -109,8 +128,13 @@ static void trial(uint64_t bytes, uint64_t size, uint64_t flip, uint64_t zero, i
         CHECK(pwrite(fd, (const unsigned char[8]){ 0 }, 8, (off_t)zero) == 8, "zeros");
     CHECK(ftruncate(fd, (off_t)size) == 0, "size");
     close(fd);
-    free(wal);
+    return wal;
+}
 
+/* damaged_copy, open, expect exactly k0..k(keep-1). */
+static void trial(uint64_t bytes, uint64_t size, uint64_t flip, uint64_t zero, int keep)
+{
+    free(damaged_copy(bytes, size, flip, zero));
     struct chime_store_config cfg = { .path = scratch };
     struct chime__backend *b;
     int err = chime__journal_ops.open(&b, &cfg, &no_sink);
@@ -124,6 +148,36 @@ static void trial(uint64_t bytes, uint64_t size, uint64_t flip, uint64_t zero, i
               (long long)(flip == UINT64_MAX ? -1 : (int64_t)flip), i,
               seen[i] ? "kept, though at or after the damage" : "lost, though before the damage");
     CHECK_EQ(chime__journal_ops.close(b), 0);
+}
+
+/* damaged_copy of the whole segment, open: -EBADMSG, and the segment is as it was (bytes and size),
+ * and no run was written. */
+static void refused(uint64_t flip, uint64_t zero)
+{
+    char *wal = damaged_copy(written, seg_size, flip, zero);
+    int fd = open(wal, O_RDONLY);
+    CHECK(fd >= 0, "open %s", wal);
+    unsigned char *before = malloc(seg_size), *after = malloc(seg_size);
+    CHECK(before && after && pread(fd, before, seg_size, 0) == (ssize_t)seg_size, "read");
+    close(fd);
+    struct chime_store_config cfg = { .path = scratch };
+    struct chime__backend *b;
+    int err = chime__journal_ops.open(&b, &cfg, &no_sink);
+    CHECK(err == -EBADMSG, "flip %lld, zeros %lld before a later group commit: open returned %d "
+          "(%s), not -EBADMSG", (long long)(flip == UINT64_MAX ? -1 : (int64_t)flip),
+          (long long)(zero == UINT64_MAX ? -1 : (int64_t)zero), err, chime_strerror(err));
+    fd = open(wal, O_RDONLY);
+    struct stat st;
+    CHECK(fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == seg_size &&
+              pread(fd, after, seg_size, 0) == (ssize_t)seg_size && !memcmp(before, after, seg_size),
+          "open changed the damaged segment");
+    close(fd);
+    char *run = path_in(scratch, "run-0000000000000001-0000000000000001.run");
+    CHECK(access(run, F_OK) != 0, "open wrote a run of a damaged segment");
+    free(run);
+    free(before);
+    free(after);
+    free(wal);
 }
 
 static int records_to_cut(void)
@@ -144,13 +198,13 @@ static int whole_before(uint64_t x)
 
 static void a_truncated_tail_keeps_every_record_before_the_cut(void)
 {
-    for (uint64_t x = rec_start[N - records_to_cut()]; x <= rec_end[N - 1]; x++)
+    for (uint64_t x = rec_start[N - records_to_cut()]; x <= written; x++)
         trial(x, x, UINT64_MAX, UINT64_MAX, whole_before(x));
 }
 
 static void a_torn_preallocated_tail_keeps_every_record_before_the_zeros(void)
 {
-    for (uint64_t x = rec_start[N - records_to_cut()]; x <= rec_end[N - 1]; x++) {
+    for (uint64_t x = rec_start[N - records_to_cut()]; x <= written; x++) {
         /* Zeros over a record's own zero padding leave it whole. */
         int keep = whole_before(x);
         if (keep < N) {
@@ -163,19 +217,38 @@ static void a_torn_preallocated_tail_keeps_every_record_before_the_zeros(void)
     }
 }
 
-static void a_flipped_byte_keeps_every_record_before_the_damaged_one(void)
+static void a_flipped_byte_in_the_last_group_commit_keeps_every_record_before_it(void)
 {
-    for (int i = N - records_to_cut(); i < N; i++)
-        for (uint64_t x = rec_start[i]; x < rec_end[i]; x++)
-            trial(rec_end[N - 1], seg_size, x, UINT64_MAX, i);
+    /* Its record or its MARK: the MARK names the record's offset, not after the damage. */
+    for (uint64_t x = rec_start[N - 1]; x < written; x++)
+        trial(written, seg_size, x, UINT64_MAX, x < rec_end[N - 1] ? N - 1 : N);
 }
 
-static void zeros_then_records_in_the_newest_segment_are_a_torn_tail(void)
+static void zeros_in_the_last_group_commit_are_a_torn_tail(void)
 {
     /* A crash can leave them: the last batch's pages reach the disk in any order before its sync,
      * and a page never written reads as zeros. Nothing after the zeros was acknowledged. */
-    for (int i = N - records_to_cut(); i < N; i++)
-        trial(rec_end[N - 1], seg_size, UINT64_MAX, rec_start[i], i);
+    trial(written, seg_size, UINT64_MAX, rec_start[N - 1], N - 1);
+    trial(written, seg_size, UINT64_MAX, rec_end[N - 1], N); /* over its MARK */
+}
+
+static void a_flipped_byte_before_the_last_group_commit_refuses_to_open_ebadmsg(void)
+{
+    /* Bug B: a later group commit's MARK, whole, shows that the damaged one had been synced, and
+     * acknowledged: before, open took the damage for a torn tail and dropped the puts after it. */
+    for (int i = N - records_to_cut(); i < N - 1; i++)
+        for (uint64_t x = rec_start[i]; x < rec_start[i + 1]; x++)
+            refused(x, UINT64_MAX);
+}
+
+static void zeros_before_the_last_group_commit_refuse_to_open_ebadmsg(void)
+{
+    /* A lost write in the middle of the newest segment: over a record, over a MARK. */
+    for (int i = N - records_to_cut(); i < N - 1; i++) {
+        refused(UINT64_MAX, rec_start[i]);
+        refused(UINT64_MAX, rec_end[i]);
+    }
+    refused(UINT64_MAX, rec_start[0]);
 }
 
 /* Segment `number` in scratch: a header, then records of keys late0..late(n-1), then zeros to 4096
@@ -184,7 +257,7 @@ static void late_segment(uint64_t number, int n, int zero_first)
 {
     unsigned char seg[4096] = { 0 };
     chime__header_encode(seg, &(struct chime__file_header){ .lo = number, .hi = number,
-                                                             .next_version = 1000 });
+                                                             .next_version = 1000, .salt = 1 });
     size_t off = CHIME__FILE_HEADER;
     for (int i = 0; i < n; i++) {
         char key[8];
@@ -218,7 +291,7 @@ static void expect_damage(uint64_t at, const unsigned char *bytes, size_t n, int
     char *wal2 = path_in(scratch, "wal-0000000000000002.log");
     int fd = open(wal1, O_CREAT | O_WRONLY, 0644);
     CHECK(fd >= 0, "create");
-    CHECK(pwrite(fd, segment, rec_end[N - 1], 0) == (ssize_t)rec_end[N - 1], "write");
+    CHECK(pwrite(fd, segment, written, 0) == (ssize_t)written, "write");
     CHECK(pwrite(fd, bytes, n, (off_t)at) == (ssize_t)n, "damage");
     CHECK(ftruncate(fd, (off_t)seg_size) == 0, "size");
     close(fd);
@@ -318,10 +391,13 @@ static const struct tap_test tests[] = {
       a_truncated_tail_keeps_every_record_before_the_cut },
     { "a_torn_preallocated_tail_keeps_every_record_before_the_zeros",
       a_torn_preallocated_tail_keeps_every_record_before_the_zeros },
-    { "a_flipped_byte_keeps_every_record_before_the_damaged_one",
-      a_flipped_byte_keeps_every_record_before_the_damaged_one },
-    { "zeros_then_records_in_the_newest_segment_are_a_torn_tail",
-      zeros_then_records_in_the_newest_segment_are_a_torn_tail },
+    { "a_flipped_byte_in_the_last_group_commit_keeps_every_record_before_it",
+      a_flipped_byte_in_the_last_group_commit_keeps_every_record_before_it },
+    { "zeros_in_the_last_group_commit_are_a_torn_tail", zeros_in_the_last_group_commit_are_a_torn_tail },
+    { "a_flipped_byte_before_the_last_group_commit_refuses_to_open_ebadmsg",
+      a_flipped_byte_before_the_last_group_commit_refuses_to_open_ebadmsg },
+    { "zeros_before_the_last_group_commit_refuse_to_open_ebadmsg",
+      zeros_before_the_last_group_commit_refuse_to_open_ebadmsg },
     { "damage_in_a_sealed_segment_refuses_to_open_ebadmsg",
       damage_in_a_sealed_segment_refuses_to_open_ebadmsg },
     { "zeros_in_a_sealed_segment_refuse_to_open_ebadmsg",

@@ -7,7 +7,8 @@
  *   chime-store list DIR     pending timers by due time: due (UTC), due_ns, attempts, key, payload size
  *   chime-store dead DIR     dead letters in the order they died, the same columns
  *   chime-store count DIR    how many pending timers and dead letters
- *   chime-store verify DIR   every file checked: its size, records, and the first damaged record if any
+ *   chime-store verify DIR   every file checked: its size, records (and a segment's group commits,
+ *                            counted by their MARKs), and the first damaged record if any
  *   chime-store --postgres CONNINFO init|status|count|list|dead   the PostgreSQL backend's schema and
  *                            contents (chime-store-pg.c)
  *
@@ -144,6 +145,10 @@ static int read_segments(int dir, const struct files *f, struct segments *s)
             uint32_t len = 0;
             if (chime__rec_decode(buf + off, (uint64_t)got - off, &r, &len) != CHIME__REC_WHOLE)
                 return 0; /* the end, or a torn tail */
+            if (r.type == CHIME__MARK) { /* a group commit's end: no timer */
+                off += len;
+                continue;
+            }
             if (s->n + 3 > s->cap) {
                 s->cap = s->cap * 2 + 1024;
                 if (!(s->recs = realloc(s->recs, s->cap * sizeof *s->recs)))
@@ -299,13 +304,18 @@ static int cmd_verify(int dir)
         return 1;
     }
     uint64_t total = 0, records = 0;
-    int damaged = 0, torn = 0;
+    int damaged = 0, torn = 0, other_version = 0;
     for (size_t i = 0; i < f.nruns; i++) {
         char name[CHIME__NAME_MAX];
         struct chime__run *r;
         uint64_t bad;
         chime__run_name(name, f.runs[i][0], f.runs[i][1]);
         err = chime__run_open(dir, name, &r, &bad, NULL, NULL);
+        if (err == -EPROTO) {
+            printf("%s: %s\n", name, chime_strerror(err));
+            other_version = 1;
+            continue;
+        }
         if (err) {
             printf("%s: DAMAGED at offset %" PRIu64 ": %s\n", name, bad, chime_strerror(err));
             damaged = 1;
@@ -323,6 +333,11 @@ static int cmd_verify(int dir)
         uint64_t size, n = 0;
         struct chime__file_header h;
         err = chime__file_open(dir, name, &fd, &size, &h);
+        if (err == -EPROTO) {
+            printf("%s: %s\n", name, chime_strerror(err));
+            other_version = 1;
+            continue;
+        }
         if (err) {
             printf("%s: header not whole (%s)\n", name, chime_strerror(err));
             torn = 1;
@@ -330,24 +345,34 @@ static int cmd_verify(int dir)
         }
         struct chime__reader rd;
         struct chime__rec rec;
-        int got = chime__reader_init(&rd, fd, CHIME__FILE_HEADER, size);
+        int got = chime__reader_init_segment(&rd, fd, &h, size);
         while (!got && (got = chime__reader_next(&rd, &rec)) == 1) {
             n++;
             got = 0;
         }
+        uint64_t at = 0, start = 0;
+        int marked = got == -EBADMSG ? chime__reader_mark_after(&rd, rd.off, &at, &start) : 0;
         if (got < 0 && got != -EBADMSG)
             printf("%s: %s\n", name, chime_strerror(got));
         else if (got == -EBADMSG)
-            printf("%s: %" PRIu64 " bytes, %" PRIu64 " records, then not a whole record at offset %"
-                   PRIu64 "\n", name, size, n, rd.off);
+            printf("%s: %" PRIu64 " bytes, %" PRIu64 " records in %" PRIu64 " group commits, then "
+                   "not a whole record at offset %" PRIu64 "\n", name, size, n, rd.marks, rd.off);
         else
-            printf("%s: %" PRIu64 " bytes, %" PRIu64 " records, ok\n", name, size, n);
+            printf("%s: %" PRIu64 " bytes, %" PRIu64 " records in %" PRIu64 " group commits, ok\n",
+                   name, size, n, rd.marks);
+        if (marked < 0)
+            printf("%s: %s\n", name, chime_strerror(marked));
+        else if (marked)
+            printf("%s: DAMAGED at offset %" PRIu64 ": the group commit marked at offset %" PRIu64
+                   " began at %" PRIu64 ", after it, so it had been synced\n", name, rd.off, at,
+                   start);
         if (got == -EBADMSG) {
-            /* A torn tail if no later segment was written to (format.md); else damage. */
-            if (torn)
+            /* A torn tail if no later segment was written to and no later group commit marked in
+             * this one (format.md); else damage. */
+            if (torn || marked)
                 damaged = 1;
             torn = 1;
-        } else if (torn && n) {
+        } else if (torn && (n || rd.marks)) {
             damaged = 1; /* written to after a cut: the cut was damage */
         }
         total += size;
@@ -357,7 +382,10 @@ static int cmd_verify(int dir)
     }
     printf("total: %zu runs, %zu segments, %" PRIu64 " bytes, %" PRIu64 " records\n", f.nruns,
            f.nsegs, total, records);
-    if (damaged)
+    if (other_version)
+        printf("ANOTHER FORMAT VERSION: open refuses this journal (-EPROTO); this build reads "
+               "version %d\n", CHIME__FORMAT_VERSION);
+    else if (damaged)
         printf("DAMAGED: open refuses this journal (-EBADMSG); the first damage is named above\n");
     else if (torn)
         printf("ok, with a torn tail: open cuts it at the last whole record (a crash cut a write "
@@ -365,7 +393,7 @@ static int cmd_verify(int dir)
     else
         printf("ok\n");
     free_files(&f);
-    return damaged;
+    return damaged || other_version;
 }
 
 struct command {

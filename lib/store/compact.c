@@ -253,6 +253,12 @@ static int gather(uint64_t number, const unsigned char *buf, uint64_t size, uint
         }
         if (d != CHIME__REC_WHOLE)
             return -EBADMSG; /* replay passes `valid` for a torn segment; a sealed one is whole */
+        if (r.type == CHIME__MARK) { /* a group commit's end (format.md): no timer, not in a run */
+            if (!chime__mark_valid(&r, &h, off, NULL))
+                return -EBADMSG;
+            off += len;
+            continue;
+        }
         if (r.version >= *next_version)
             *next_version = r.version + 1;
         int err = flatten_into(recs, n, cap, &r);

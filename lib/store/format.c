@@ -59,12 +59,50 @@ void chime__rec_encode(void *dst, const struct chime__rec *r)
     put32(p, chime__crc_mask(chime__crc32c(0, p + 4, len - 4)));
 }
 
+/* A MARK's layout (format.md): start at 16, segment at 24, salt at 40, every other byte after the
+ * type zero. */
+void chime__mark_encode(void *dst, const struct chime__batch_mark *m)
+{
+    unsigned char *p = dst;
+    memset(p, 0, CHIME__MARK_LEN);
+    put32(p + 4, CHIME__MARK_LEN);
+    p[8] = CHIME__MARK;
+    put64(p + 16, m->start);
+    put64(p + 24, m->segment);
+    put64(p + 40, m->salt);
+    put32(p, chime__crc_mask(chime__crc32c(0, p + 4, CHIME__MARK_LEN - 4)));
+}
+
+static int mark_fields_ok(const unsigned char *p, uint32_t len)
+{
+    if (len != CHIME__MARK_LEN || p[9] || get16(p + 10) || get32(p + 12) || get32(p + 32) ||
+        get32(p + 36) || get64(p + 48) || get64(p + 56))
+        return 0;
+    return get64(p + 16) != 0 && get64(p + 40) != 0; /* a start and a salt are never 0 */
+}
+
+int chime__mark_valid(const struct chime__rec *r, const struct chime__file_header *h, uint64_t at,
+                      struct chime__batch_mark *m)
+{
+    if (r->type != CHIME__MARK || h->run)
+        return 0;
+    /* chime__rec_decode left a MARK's fields where its layout puts them: see there. */
+    uint64_t start = r->version, segment = r->due, salt = r->kill_version;
+    if (segment != h->lo || salt != h->salt || start % 8 || start < CHIME__FILE_HEADER || start > at)
+        return 0;
+    if (m)
+        *m = (struct chime__batch_mark){ start, segment, salt };
+    return 1;
+}
+
 /* The fields' consistency (format.md, "whole"), once the checksum matched. */
 static int fields_ok(const unsigned char *p, uint32_t len)
 {
     uint8_t type = p[8], flags = p[9];
     uint16_t key_len = get16(p + 10);
     uint32_t payload_len = get32(p + 12);
+    if (type == CHIME__MARK)
+        return mark_fields_ok(p, len);
     if (type < CHIME__PUT || type > CHIME__DEAD || key_len == 0 || key_len > CHIME_STORE_KEY_MAX)
         return 0;
     int carries = type == CHIME__PUT || type == CHIME__DEAD;
@@ -106,7 +144,8 @@ enum chime__decoded chime__rec_decode(const void *buf, size_t avail, struct chim
     out->kill_version = get64(p + 40);
     out->kill_due = get64(p + 48);
     out->kill_dead = get64(p + 56);
-    out->key = p + CHIME__REC_HEADER;
+    /* A MARK's start, segment and salt land in version, due and kill_version (chime__mark_valid). */
+    out->key = out->key_len ? p + CHIME__REC_HEADER : NULL;
     out->payload = out->payload_len ? p + CHIME__REC_HEADER + out->key_len : NULL;
     out->raw = p;
     return CHIME__REC_WHOLE;
@@ -117,19 +156,19 @@ void chime__header_encode(void *dst, const struct chime__file_header *h)
     unsigned char *p = dst;
     memset(p, 0, CHIME__FILE_HEADER);
     memcpy(p, h->run ? magic_run : magic_wal, 8);
-    put32(p + 8, 1);
+    put32(p + 8, CHIME__FORMAT_VERSION);
     put64(p + 16, h->lo);
     put64(p + 24, h->hi);
     put64(p + 32, h->next_version);
     put64(p + 40, h->created);
+    put64(p + 48, h->salt);
     put32(p + 60, chime__crc_mask(chime__crc32c(0, p, 60)));
 }
 
 int chime__header_decode(const void *src, struct chime__file_header *h)
 {
     const unsigned char *p = src;
-    if (chime__crc_mask(chime__crc32c(0, p, 60)) != get32(p + 60) || get32(p + 8) != 1 ||
-        get32(p + 12) != 0)
+    if (chime__crc_mask(chime__crc32c(0, p, 60)) != get32(p + 60))
         return -EBADMSG;
     if (memcmp(p, magic_wal, 8) == 0)
         h->run = 0;
@@ -137,11 +176,16 @@ int chime__header_decode(const void *src, struct chime__file_header *h)
         h->run = 1;
     else
         return -EBADMSG;
+    if (get32(p + 8) != CHIME__FORMAT_VERSION) /* whole, and ours, but not this format */
+        return -EPROTO;
+    if (get32(p + 12) != 0 || get32(p + 56) != 0)
+        return -EBADMSG;
     h->lo = get64(p + 16);
     h->hi = get64(p + 24);
     h->next_version = get64(p + 32);
     h->created = get64(p + 40);
-    if (h->lo > h->hi || (!h->run && h->lo != h->hi))
+    h->salt = get64(p + 48);
+    if (h->lo > h->hi || (!h->run && (h->lo != h->hi || h->salt == 0)) || (h->run && h->salt))
         return -EBADMSG;
     return 0;
 }

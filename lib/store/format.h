@@ -14,16 +14,20 @@
 #define CHIME__FILE_HEADER 64 /* bytes before the first record of every file */
 #define CHIME__REC_HEADER 64  /* bytes before a record's key */
 #define CHIME__REC_MAX (CHIME__REC_HEADER + CHIME_STORE_KEY_MAX + CHIME_STORE_PAYLOAD_MAX)
+#define CHIME__MARK_LEN 64    /* a MARK record: a header, no key */
+#define CHIME__FORMAT_VERSION 2 /* every file's header; a file of another version: -EPROTO */
 
 enum chime__rec_type {
     CHIME__PUT = 1,  /* a pending timer */
     CHIME__KILL = 2, /* ends a version: cancelled, acknowledged, requeued, dropped */
     CHIME__FIRE = 3, /* a firing of a version started */
     CHIME__DEAD = 4, /* a dead letter */
+    CHIME__MARK = 5, /* segments only: a group commit's part in the segment ends here (no timer) */
 };
 #define CHIME__KILL_DEAD 1 /* flags of a KILL: its target is a dead letter */
 
-/* A record, decoded (key and payload point into the buffer it was decoded from) or to encode. */
+/* A record, decoded (key and payload point into the buffer it was decoded from) or to encode. A
+ * decoded MARK has no key; its fields are read with chime__mark_valid. */
 struct chime__rec {
     uint8_t type;
     uint8_t flags;
@@ -67,11 +71,30 @@ struct chime__file_header {
     uint64_t lo, hi;
     uint64_t next_version;
     uint64_t created;
+    uint64_t salt;         /* a segment's: random, never 0, repeated in its MARKs; a run's: 0 */
 };
 
 void chime__header_encode(void *dst, const struct chime__file_header *h);
-/* Return: 0, or -EBADMSG if the 64 bytes at src are not a whole header. */
+/* Return: 0; -EPROTO if the 64 bytes at src are a whole header of another format version;
+ * -EBADMSG if they are not a whole header. */
 int chime__header_decode(const void *src, struct chime__file_header *h);
+
+/* ---- a segment's MARKs (format.md, "Records"; wal.c writes them, the reader checks them) ---- */
+
+struct chime__batch_mark {
+    uint64_t start;   /* the segment offset where the group commit's records in this segment begin */
+    uint64_t segment; /* the segment's number */
+    uint64_t salt;    /* the segment header's salt */
+};
+
+/* Write the MARK m at dst (CHIME__MARK_LEN bytes, checksum included). */
+void chime__mark_encode(void *dst, const struct chime__batch_mark *m);
+
+/* Whether r, a whole record read at offset `at` of the segment whose header is h, is a MARK that
+ * the writer of that segment can have written there: it names the segment and its salt, and a start
+ * 8-byte aligned, after the header and not after `at`. *m receives its fields (if m). */
+int chime__mark_valid(const struct chime__rec *r, const struct chime__file_header *h, uint64_t at,
+                      struct chime__batch_mark *m);
 
 /* File names (format.md): wal-<16 hex digits>.log, run-<16 hex>-<16 hex>.run. */
 #define CHIME__NAME_MAX 48

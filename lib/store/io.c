@@ -12,6 +12,7 @@
 #include <sys/file.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 struct fault {
@@ -146,6 +147,30 @@ int chime__io_pwrite(int fd, const void *buf, size_t n, uint64_t off)
             return -errno;
         if (r == 0)
             return -EIO; /* cannot happen for a regular file; never loop forever */
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+int chime__io_pwrite2(int fd, const void *a, size_t na, const void *b, size_t nb, uint64_t off)
+{
+    CHECK_FAULT(CHIME_IO_WRITE, NULL, fd);
+    struct iovec iov[2] = { { (void *)a, na }, { (void *)b, nb } };
+    size_t done = 0;
+    while (done < na + nb) {
+        /* After a short write, the buffers' rest: a's tail (if any) and b, or b's tail. */
+        int first = done < na ? 0 : 1;
+        size_t skip = first ? done - na : done;
+        struct iovec rest[2] = { iov[first], iov[1] };
+        rest[0].iov_base = (char *)rest[0].iov_base + skip;
+        rest[0].iov_len -= skip;
+        ssize_t r = pwritev(fd, rest, 2 - first, (off_t)(off + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -errno;
+        if (r == 0)
+            return -EIO; /* as chime__io_pwrite */
         done += (size_t)r;
     }
     return 0;

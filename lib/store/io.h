@@ -48,6 +48,8 @@ int chime__io_tmpfile(int dir);                                /* an unnamed fil
 int chime__io_close(int fd);
 ssize_t chime__io_pread(int fd, void *buf, size_t n, uint64_t off); /* bytes read; < n only at EOF */
 int chime__io_pwrite(int fd, const void *buf, size_t n, uint64_t off);
+/* a, then b right after it, at off: one pwritev (the fault hook sees one CHIME_IO_WRITE) */
+int chime__io_pwrite2(int fd, const void *a, size_t na, const void *b, size_t nb, uint64_t off);
 int chime__io_fdatasync(int fd);
 int chime__io_fsync(int fd);                                   /* also directories */
 int chime__io_fallocate(int fd, uint64_t off, uint64_t len);   /* reserve blocks: no ENOSPC later */

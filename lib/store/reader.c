@@ -19,6 +19,15 @@ int chime__reader_init(struct chime__reader *r, int fd, uint64_t off, uint64_t e
     return r->buf ? 0 : -ENOMEM;
 }
 
+int chime__reader_init_segment(struct chime__reader *r, int fd, const struct chime__file_header *h,
+                               uint64_t end)
+{
+    int err = chime__reader_init(r, fd, CHIME__FILE_HEADER, end);
+    r->segment = 1;
+    r->h = *h;
+    return err;
+}
+
 void chime__reader_free(struct chime__reader *r)
 {
     free(r->buf);
@@ -72,6 +81,7 @@ static int rest_is_zero(struct chime__reader *r)
 
 int chime__reader_next(struct chime__reader *r, struct chime__rec *rec)
 {
+again:
     if (r->off >= r->end)
         return 0;
     ssize_t have = fill_to(r, CHIME__REC_HEADER);
@@ -91,9 +101,53 @@ int chime__reader_next(struct chime__reader *r, struct chime__rec *rec)
         return rest_is_zero(r);
     if (d == CHIME__REC_BAD)
         return -EBADMSG;
+    if (rec->type == CHIME__MARK) { /* a group commit's end: no timer */
+        if (!r->segment || !chime__mark_valid(rec, &r->h, r->off, NULL))
+            return -EBADMSG;
+        r->marks++;
+        r->start += len;
+        r->off += len;
+        goto again;
+    }
     r->start += len;
     r->off += len;
     return 1;
+}
+
+/* Whether the CHIME__MARK_LEN bytes at p can be a MARK: its length and type, before the checksum. */
+static int looks_like_mark(const unsigned char *p)
+{
+    return p[8] == CHIME__MARK && p[4] == CHIME__MARK_LEN && !p[5] && !p[6] && !p[7];
+}
+
+int chime__reader_mark_after(struct chime__reader *r, uint64_t x, uint64_t *at, uint64_t *start)
+{
+    if (!r->segment)
+        return 0;
+    r->start = r->fill = 0; /* buf no longer holds the bytes from r->off on */
+    for (uint64_t off = x; off + CHIME__MARK_LEN <= r->end;) {
+        size_t want = r->end - off < r->cap ? (size_t)(r->end - off) : r->cap;
+        ssize_t got = chime__io_pread(r->fd, r->buf, want, off);
+        if (got < 0)
+            return (int)got;
+        size_t i = 0;
+        for (; i + CHIME__MARK_LEN <= (size_t)got; i += 8) {
+            struct chime__rec rec;
+            struct chime__batch_mark m;
+            uint32_t len;
+            if (looks_like_mark(r->buf + i) &&
+                chime__rec_decode(r->buf + i, CHIME__MARK_LEN, &rec, &len) == CHIME__REC_WHOLE &&
+                chime__mark_valid(&rec, &r->h, off + i, &m) && m.start > x) {
+                *at = off + i;
+                *start = m.start;
+                return 1;
+            }
+        }
+        if ((size_t)got < want)
+            break; /* the file ends before r->end */
+        off += i; /* from the first offset not looked at (i > 0, as want >= CHIME__MARK_LEN) */
+    }
+    return 0;
 }
 
 int chime__file_open(int dir, const char *name, int *fd, uint64_t *size,
@@ -107,8 +161,8 @@ int chime__file_open(int dir, const char *name, int *fd, uint64_t *size,
     ssize_t got = err ? 0 : chime__io_pread(*fd, header, sizeof header, 0);
     if (!err && got < 0)
         err = (int)got;
-    if (!err && (got < (ssize_t)sizeof header || chime__header_decode(header, h)))
-        err = -EBADMSG;
+    if (!err)
+        err = got < (ssize_t)sizeof header ? -EBADMSG : chime__header_decode(header, h);
     if (err) {
         chime__io_close(*fd);
         *fd = -1;

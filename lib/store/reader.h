@@ -19,25 +19,43 @@ struct chime__reader {
     unsigned char *buf;
     size_t cap;
     size_t start, fill;  /* buf[start, fill) holds the file's bytes from off on */
+    int segment;         /* 1: a segment, whose MARKs are skipped (0: a run: a MARK is damage) */
+    struct chime__file_header h; /* a segment's header: what its MARKs must name */
+    uint64_t marks;      /* MARKs skipped so far */
 };
 
 /* Open the journal file `name` in dir read-only and read its header. Return: 0, with *fd, *size and
- * *h; -EBADMSG if the file is shorter than a header or the header is not whole; an I/O error. On
- * error nothing stays open. */
+ * *h; -EBADMSG if the file is shorter than a header or the header is not whole; -EPROTO if it is a
+ * whole header of another format version; an I/O error. On error nothing stays open. */
 int chime__file_open(int dir, const char *name, int *fd, uint64_t *size,
                      struct chime__file_header *h);
 
-/* Read fd's records from off (a record boundary) up to end. Return: 0; -ENOMEM. */
+/* Read a run's records (fd) from off (a record boundary) up to end. Return: 0; -ENOMEM. */
 int chime__reader_init(struct chime__reader *r, int fd, uint64_t off, uint64_t end);
+/* Read a segment's records (fd, whose header is h) from its first up to end. Return: 0; -ENOMEM. */
+int chime__reader_init_segment(struct chime__reader *r, int fd, const struct chime__file_header *h,
+                               uint64_t end);
 void chime__reader_free(struct chime__reader *r);
 
 /*
  * The next record into *rec (its key and payload valid until the next call). r->off is then the
- * offset just after it; on any other return it is the offset of what was found.
+ * offset just after it; on any other return it is the offset of what was found. A segment's MARKs
+ * are checked (chime__mark_valid), counted in r->marks and skipped: never returned.
  * Return: 1 a record; 0 the end (`end` reached, or nothing but zeros from r->off to `end`: nothing
- *         was written there); -EBADMSG the bytes at r->off are not a whole record, or are zeros
- *         that non-zero bytes follow before `end`; -EIO or another negative errno if a read failed.
+ *         was written there); -EBADMSG the bytes at r->off are not a whole record (a MARK in a run,
+ *         or one its segment cannot hold there, included), or are zeros that non-zero bytes follow
+ *         before `end`; -EIO or another negative errno if a read failed.
  */
 int chime__reader_next(struct chime__reader *r, struct chime__rec *rec);
+
+/*
+ * After chime__reader_next returned -EBADMSG at offset x of a segment: whether a group commit that
+ * began after x left its MARK, whole, at an 8-byte aligned offset from x to `end` (format.md, "The
+ * reader's rules"). If one did, every byte before its start had been synced before that commit was
+ * written, and what is at x is damage, not a torn tail. *at receives the MARK's offset, *start its
+ * start. Reading it moves nothing (r->off stays at x).
+ * Return: 1 found; 0 none (also for a run); a negative errno if a read failed.
+ */
+int chime__reader_mark_after(struct chime__reader *r, uint64_t x, uint64_t *at, uint64_t *start);
 
 #endif /* CHIME_STORE_READER_H */

@@ -12,9 +12,11 @@
  * 3. Read the segments in order and rebuild the index from their records, up to the first one that
  *    is not whole, or zeros that data follows (the reader's end is zeros up to the file's end). If
  *    a later segment was written to (anything but zeros after its header), that was damage: the
- *    writer had synced this one whole before writing there. -EBADMSG, and nothing has been changed
- *    on disk. Otherwise it is the torn tail, what a crash cut of the last batch: everything before
- *    it counts, it and everything after it do not (format.md, "The reader's rules").
+ *    writer had synced this one whole before writing there. Likewise if a whole MARK after it names
+ *    a start after it: the batch that wrote that MARK was written only once everything before its
+ *    start had been synced. -EBADMSG either way, and nothing has been changed on disk. Otherwise it
+ *    is the torn tail, what a crash cut of the last batch: everything before it counts, it and
+ *    everything after it do not (format.md, "The reader's rules").
  * 4. Flush every segment into a run, the torn one up to its last whole record, and delete it; the
  *    newest ones that hold no whole record are just deleted, and the log starts afresh at the first
  *    of their numbers (a restart of an idle store adds no file).
@@ -191,7 +193,8 @@ static int rebuild_one(void *ctx, const struct chime__rec *r)
 }
 
 /* Step 3 for one segment: rebuild from its whole records. *valid receives the offset after the last
- * whole record and *torn whether something else than zeros up to the file's end followed it. */
+ * whole record and *torn whether something else than zeros up to the file's end followed it. If so,
+ * -EBADMSG if a later batch's MARK shows that it was damage (format.md, "The reader's rules"). */
 static int scan_segment(int dir, uint64_t number, struct rebuild *rb, uint64_t *valid, int *torn)
 {
     char name[CHIME__NAME_MAX];
@@ -207,12 +210,13 @@ static int scan_segment(int dir, uint64_t number, struct rebuild *rb, uint64_t *
             chime__io_close(fd);
         return 0; /* a header not whole: a creation a crash cut (torn, nothing valid) */
     }
+    /* (-EPROTO: a segment of another format version fails the open, as any other error does.) */
     if (err)
         return err;
     if (h.next_version > rb->next_version)
         rb->next_version = h.next_version;
     struct chime__reader rd;
-    err = chime__reader_init(&rd, fd, CHIME__FILE_HEADER, size);
+    err = chime__reader_init_segment(&rd, fd, &h, size);
     struct chime__rec r;
     while (!err) {
         int n = chime__reader_next(&rd, &r);
@@ -224,6 +228,12 @@ static int scan_segment(int dir, uint64_t number, struct rebuild *rb, uint64_t *
             *torn = 0;
         else if (n != -EBADMSG)
             err = n;
+        else { /* a torn point: damage if a later batch's MARK names a start after it */
+            uint64_t at, start;
+            err = chime__reader_mark_after(&rd, rd.off, &at, &start);
+            if (err == 1)
+                err = -EBADMSG;
+        }
         break;
     }
     *valid = rd.off;

@@ -18,6 +18,13 @@
  * space means a commit's fdatasync does not also have to log a new file size; the flusher creates
  * the next segment ahead of time (chime__wal_prepare) so that the writer does not pause for it.
  *
+ * MARKS. Each batch's part in a segment is followed by a MARK in the same pwritev (room for it is
+ * kept): where the part begins, the segment's number and its header's salt (format.md). Nothing of a
+ * batch is written before the previous batch's fdatasync returned, so a whole MARK proves every byte
+ * of its segment before its start synced: the reader tells damage there from a torn tail. MARKs are
+ * not appended: LSNs count records only (`done` below, an offset in the batch's buffer, is an LSN
+ * difference); seg_off, and the `used` a seal reports, count MARKs too.
+ *
  * WAITING. Sixty-four threads waiting for one commit must not, on being woken, fight over the
  * log's lock to find out that they may go: a waiter reads `durable_lsn` (acquire; it pairs with the
  * writer's release store after the fdatasync) and sleeps on the futex word `commits`, which the
@@ -41,8 +48,10 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,13 +89,14 @@ struct chime__wal {
     int preparing;         /* the next segment is being created (by chime__wal_prepare, or by the
                               writer when none was prepared): nobody else may create it */
     int next_fd;           /* a segment created ahead of time, or -1 */
-    uint64_t next_segment, next_size;
+    uint64_t next_segment, next_size, next_salt; /* next_fd's number, size and header salt */
 
     /* the writer's own */
     unsigned char *spare;
     size_t spare_cap;
     int fd;                /* the current segment */
     uint64_t seg_off, seg_size;
+    uint64_t seg_number, seg_salt; /* the current segment's number and header salt, for its MARKs */
     struct timespec last_commit;
 
     _Atomic uint64_t segment_bytes; /* size of segments created from now on */
@@ -111,9 +121,23 @@ static uint64_t realtime_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* A segment header's salt: random, never 0 (format.md). It need not be secret from the disk, only
+ * unknown to whoever chooses payloads, so that no payload can hold a MARK that passes for this
+ * segment's; when the kernel has no entropy to give at once, the clock and an address stand in. */
+static uint64_t new_salt(void)
+{
+    uint64_t salt = 0;
+    if (getrandom(&salt, sizeof salt, GRND_NONBLOCK) != (ssize_t)sizeof salt) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        salt = realtime_ns() * 0x9e3779b97f4a7c15u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)&ts;
+    }
+    return salt ? salt : 1;
+}
+
 /* Create segment `number` of `size` bytes: header, preallocation, file and directory synced. */
 static int create_segment(const struct chime__wal *w, uint64_t number, uint64_t size,
-                          uint64_t next_version, int *out)
+                          uint64_t next_version, int *out, uint64_t *salt)
 {
     char name[CHIME__NAME_MAX];
     chime__wal_name(name, number);
@@ -123,7 +147,7 @@ static int create_segment(const struct chime__wal *w, uint64_t number, uint64_t 
     unsigned char header[CHIME__FILE_HEADER];
     chime__header_encode(header, &(struct chime__file_header){
         .run = 0, .lo = number, .hi = number, .next_version = next_version,
-        .created = realtime_ns() });
+        .created = realtime_ns(), .salt = *salt = new_salt() });
     int err = chime__io_pwrite(fd, header, sizeof header, 0);
     if (!err)
         err = chime__io_fallocate(fd, 0, size);
@@ -147,7 +171,7 @@ static int next_segment(struct chime__wal *w, uint64_t at)
     pthread_mutex_lock(&w->lock);
     while (w->preparing) /* the flusher is creating it: wait rather than race it for the name */
         pthread_cond_wait(&w->done, &w->lock);
-    uint64_t old = w->current, number = old + 1, size;
+    uint64_t old = w->current, number = old + 1, size, salt = w->next_salt;
     int fd = w->next_fd;
     w->next_fd = -1;
     /* None prepared: this thread creates it, and holds `preparing` meanwhile so that a
@@ -161,7 +185,7 @@ static int next_segment(struct chime__wal *w, uint64_t at)
         size = w->next_size;
     } else {
         size = atomic_load_explicit(&w->segment_bytes, memory_order_relaxed);
-        int err = create_segment(w, number, size, next_version, &fd);
+        int err = create_segment(w, number, size, next_version, &fd, &salt);
         if (err) {
             pthread_mutex_lock(&w->lock);
             w->preparing = 0;
@@ -175,6 +199,8 @@ static int next_segment(struct chime__wal *w, uint64_t at)
     w->fd = fd;
     w->seg_off = CHIME__FILE_HEADER;
     w->seg_size = size;
+    w->seg_number = number;
+    w->seg_salt = salt;
 
     pthread_mutex_lock(&w->lock);
     w->current = number;
@@ -194,7 +220,7 @@ static uint32_t record_len(const unsigned char *p)
 }
 
 /* Write a batch of whole records, which begins at LSN `lsn`, and sync it, moving to new segments as
- * they fill up. */
+ * they fill up; each part in a segment is followed by its MARK (see MARKS). */
 static int write_batch(struct chime__wal *w, const unsigned char *buf, size_t len, uint64_t lsn)
 {
     size_t done = 0;
@@ -202,15 +228,19 @@ static int write_batch(struct chime__wal *w, const unsigned char *buf, size_t le
         size_t take = 0;
         while (done + take < len) {
             uint32_t rl = record_len(buf + done + take);
-            if (w->seg_off + take + rl > w->seg_size)
+            if (w->seg_off + take + rl + CHIME__MARK_LEN > w->seg_size)
                 break;
             take += rl;
         }
         if (take) {
-            int err = chime__io_pwrite(w->fd, buf + done, take, w->seg_off);
+            unsigned char mark[CHIME__MARK_LEN];
+            struct chime__batch_mark m = { .start = w->seg_off, .segment = w->seg_number,
+                                           .salt = w->seg_salt };
+            chime__mark_encode(mark, &m);
+            int err = chime__io_pwrite2(w->fd, buf + done, take, mark, sizeof mark, w->seg_off);
             if (err)
                 return err;
-            w->seg_off += take;
+            w->seg_off += take + sizeof mark;
             done += take;
         }
         if (done < len) {
@@ -361,11 +391,12 @@ int chime__wal_open(struct chime__wal **out, const struct chime__wal_config *cfg
     clock_gettime(CLOCK_MONOTONIC, &w->last_commit);
 
     uint64_t size = atomic_load_explicit(&w->segment_bytes, memory_order_relaxed);
-    int err = create_segment(w, w->current, size, cfg->next_version, &w->fd);
+    int err = create_segment(w, w->current, size, cfg->next_version, &w->fd, &w->seg_salt);
     if (err)
         goto fail;
     w->seg_off = CHIME__FILE_HEADER;
     w->seg_size = size;
+    w->seg_number = w->current;
     if (pthread_create(&w->writer, NULL, writer_main, w) != 0) {
         err = -ECHILD;
         char name[CHIME__NAME_MAX];
@@ -510,8 +541,8 @@ int chime__wal_prepare(struct chime__wal *w)
     uint64_t next_version = atomic_load_explicit(&w->next_version, memory_order_relaxed);
     pthread_mutex_unlock(&w->lock);
 
-    uint64_t size = atomic_load_explicit(&w->segment_bytes, memory_order_relaxed);
-    int fd = -1, err = create_segment(w, number, size, next_version, &fd);
+    uint64_t size = atomic_load_explicit(&w->segment_bytes, memory_order_relaxed), salt = 0;
+    int fd = -1, err = create_segment(w, number, size, next_version, &fd, &salt);
 
     pthread_mutex_lock(&w->lock);
     w->preparing = 0;
@@ -519,6 +550,7 @@ int chime__wal_prepare(struct chime__wal *w)
         w->next_fd = fd;
         w->next_segment = number;
         w->next_size = size;
+        w->next_salt = salt;
     }
     pthread_cond_broadcast(&w->done);
     pthread_mutex_unlock(&w->lock);

@@ -7,7 +7,8 @@
  *
  * LSNs are byte counts: every append moves the log's end by its records' lengths, and a position is
  * durable once a commit has synced everything before it. Commits are in order, so the durable part
- * is always a prefix (backend.h, D4).
+ * is always a prefix (backend.h, D4). The MARK the writer puts after each commit's part in a
+ * segment (format.md) is not appended: LSNs do not count it, segment offsets do.
  */
 #ifndef CHIME_STORE_WAL_H
 #define CHIME_STORE_WAL_H
@@ -27,7 +28,8 @@ struct chime__wal_config {
     uint64_t interval_ns;     /* with sync_each 0 */
     uint64_t segment_bytes;   /* the first segment's size (chime__wal_set_segment_bytes later) */
     /* Called by the writer thread, without the log's lock, each time a segment is sealed (complete
-     * and synced): its number, and how many of its bytes (header included) hold records. */
+     * and synced): its number, and how many of its bytes (header included) hold records and
+     * MARKs. */
     void (*sealed)(void *ctx, uint64_t segment, uint64_t used);
     void (*failed)(void *ctx, int err); /* once, when a write or sync first fails, with the log's lock
                                            held (it must not call the log) and before any caller
