@@ -146,8 +146,8 @@ static int sort_out(struct listing *l, int dir)
 }
 
 #define REBUILD_BATCH 64 /* index operations prefetched together (index.h) */
-/* Segment bytes flushed into one run in step 4 at most (one segment, up to 16 MiB, whatever its
- * size). A flush holds its segments and their records, decoded, until the run is written: measured,
+/* Segment bytes flushed into one run in step 4 at most (a single segment larger than this, up to
+ * 16 MiB, still goes whole). A flush holds its segments and their records, decoded, until the run is written: measured,
  * 58 MB resident beyond the rest for the three segments a 10^7-timer journal left, in one batch of
  * up to 32 MiB (the flusher's), more than the rebuilt index's tags. Smaller batches cost at most a
  * few more runs, which the flusher's merges fold. */

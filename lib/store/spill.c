@@ -2,7 +2,7 @@
 /*
  * Spilling records into buckets on disk (spill.h).
  *
- * One file for every bucket: blocks are appended at its end in the order buffers fill, so the
+ * One file for all the buckets: blocks are appended at its end in the order buffers fill, so the
  * writes are sequential whatever the buckets' order, and a bucket is the list of its blocks'
  * offsets followed by the records still in its buffer. Every block holds exactly per_block
  * records, so a bucket's count says how many of its records are on disk and how many in its
