@@ -149,7 +149,8 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  *         -EBUSY if another process (or another open store in this one) has the directory open;
  *         -EBADMSG if the journal is damaged other than by a torn tail (a checksum fails, or zeros
  *         are followed by data, in a file or a group commit that had been completely written and
- *         synced, as a later group commit's mark in the log shows: run `chime-store verify` on the
+ *         synced, as a later group commit's mark in the log shows; a run is not the length its
+ *         header records; a run or segment is missing: run `chime-store verify` on the
  *         directory); -EPROTO if the journal's files are of another format version (written by
  *         chime before 0.2.0's release: there is no migration; nothing is changed); -ENOMEM;
  *         -EIO, -ENOSPC, or another negative errno from the file system (-EACCES, -ENOTDIR, ...);

@@ -115,16 +115,26 @@ static void records_survive_encode_and_decode_and_every_flip_is_caught(void)
 static void headers_and_names_round_trip(void)
 {
     unsigned char h[CHIME__FILE_HEADER];
-    struct chime__file_header in = { 1, 5, 9, 123456, 42, 0 }, out;
+    struct chime__file_header in = { 1, 5, 9, 123456, 42, 0, 4096 }, out;
     chime__header_encode(h, &in);
     CHECK_EQ(chime__header_decode(h, &out), 0);
-    CHECK(out.run == 1 && out.lo == 5 && out.hi == 9 && out.next_version == 123456, "header");
+    CHECK(out.run == 1 && out.lo == 5 && out.hi == 9 && out.next_version == 123456 &&
+              out.size == 4096 && out.salt == 0, "a run's header and its size");
     h[20] ^= 1;
     CHECK_EQ(chime__header_decode(h, &out), -EBADMSG);
-    in = (struct chime__file_header){ 0, 7, 8, 1, 0, 99 }; /* a segment covers one number */
+    in.size = 56; /* a run is at least its header, and whole records of 8-byte multiples */
     chime__header_encode(h, &in);
     CHECK_EQ(chime__header_decode(h, &out), -EBADMSG);
-    in = (struct chime__file_header){ 0, 7, 7, 1, 0, 99 };
+    in.size = 4100;
+    chime__header_encode(h, &in);
+    CHECK_EQ(chime__header_decode(h, &out), -EBADMSG);
+    in.size = CHIME__FILE_HEADER; /* an empty run: everything its segments held cancelled out */
+    chime__header_encode(h, &in);
+    CHECK_EQ(chime__header_decode(h, &out), 0);
+    in = (struct chime__file_header){ 0, 7, 8, 1, 0, 99, 0 }; /* a segment covers one number */
+    chime__header_encode(h, &in);
+    CHECK_EQ(chime__header_decode(h, &out), -EBADMSG);
+    in = (struct chime__file_header){ 0, 7, 7, 1, 0, 99, 0 };
     chime__header_encode(h, &in);
     CHECK_EQ(chime__header_decode(h, &out), 0);
     CHECK(out.run == 0 && out.lo == 7 && out.salt == 99, "a segment's header and its salt");
@@ -146,18 +156,18 @@ static void headers_and_names_round_trip(void)
     CHECK_EQ(chime__parse_name("LOCK", &lo, &hi), 0);
 }
 
-/* A whole header, but of the format before MARKs (version 1, no salt): refused as another version,
- * not taken for a header a crash cut. */
-static void a_header_of_format_version_1_is_eproto(void)
+/* A whole header, but of an earlier format: version 1 (before MARKs: no salt), version 2 (a run's
+ * size not in its header): refused as another version, not taken for a header a crash cut. */
+static void a_header_of_format_version_1_or_2_is_eproto(void)
 {
     unsigned char h[CHIME__FILE_HEADER];
-    struct chime__file_header in = { 0, 3, 3, 1, 0, 0 }, out;
-    for (int run = 0; run < 2; run++) {
-        in.run = run;
+    struct chime__file_header in = { 0, 3, 3, 1, 0, 0, 0 }, out;
+    for (int run = 0; run < 4; run++) {
+        in.run = run & 1;
         chime__header_encode(h, &in);
         memset(h + 8, 0, 4);
-        h[8] = 1;             /* version 1 */
-        memset(h + 48, 0, 8); /* no salt then */
+        h[8] = run < 2 ? 1 : 2; /* versions 1 and 2 */
+        memset(h + 48, 0, 8);   /* no salt in version 1, no run size before version 3 */
         uint32_t crc = chime__crc_mask(chime__crc32c(0, h, 60));
         for (int i = 0; i < 4; i++)
             h[60 + i] = (unsigned char)(crc >> (8 * i));
@@ -170,7 +180,7 @@ static void a_header_of_format_version_1_is_eproto(void)
 static void a_mark_round_trips_and_is_valid_only_where_its_segment_can_hold_it(void)
 {
     unsigned char buf[CHIME__MARK_LEN];
-    struct chime__file_header seg = { 0, 12, 12, 1, 0, 0x5a17 }, run = { 1, 12, 12, 1, 0, 0 };
+    struct chime__file_header seg = { 0, 12, 12, 1, 0, 0x5a17, 0 }, run = { 1, 12, 12, 1, 0, 0, 64 };
     chime__mark_encode(buf, &(struct chime__batch_mark){ .start = 256, .segment = 12,
                                                          .salt = 0x5a17 });
     struct chime__rec r;
@@ -237,7 +247,7 @@ static const struct tap_test tests[] = {
     { "records_survive_encode_and_decode_and_every_flip_is_caught",
       records_survive_encode_and_decode_and_every_flip_is_caught },
     { "headers_and_names_round_trip", headers_and_names_round_trip },
-    { "a_header_of_format_version_1_is_eproto", a_header_of_format_version_1_is_eproto },
+    { "a_header_of_format_version_1_or_2_is_eproto", a_header_of_format_version_1_or_2_is_eproto },
     { "a_mark_round_trips_and_is_valid_only_where_its_segment_can_hold_it",
       a_mark_round_trips_and_is_valid_only_where_its_segment_can_hold_it },
     { "a_run_sorts_pending_by_due_then_dead_letters_by_version",

@@ -183,6 +183,22 @@ static void verify_names_a_damaged_run_and_fails(void)
     CHECK_EQ(run_tool("nonsense", out, sizeof out), 2);
 }
 
+/* (Runs last: it deletes the run.) A lost run leaves segment 1 in no file: verify names the missing
+ * numbers and fails, and list refuses rather than list what is left as if it were all. */
+static void verify_names_a_lost_run_and_list_refuses(void)
+{
+    char *run;
+    CHECK(asprintf(&run, "%s/run-0000000000000001-0000000000000001.run", dir) >= 0, "asprintf");
+    CHECK(unlink(run) == 0, "unlink %s", run);
+    free(run);
+    char out[4096];
+    CHECK_EQ(run_tool("verify", out, sizeof out), 1);
+    CHECK(strstr(out, "MISSING: segments 1 to 1 are in no file") != NULL, "%s", out);
+    CHECK(strstr(out, "\nDAMAGED") != NULL, "%s", out);
+    CHECK_EQ(run_tool("list", out, sizeof out), 1);
+    CHECK(strstr(out, "order-1") == NULL, "list printed timers of a journal missing a file:\n%s", out);
+}
+
 static const struct tap_test tests[] = {
     { "list_shows_pending_timers_by_due_time_and_dead_shows_dead_letters",
       list_shows_pending_timers_by_due_time_and_dead_shows_dead_letters },
@@ -193,6 +209,7 @@ static const struct tap_test tests[] = {
     { "verify_names_zeros_before_records_in_a_sealed_segment_and_fails",
       verify_names_zeros_before_records_in_a_sealed_segment_and_fails },
     { "verify_names_a_damaged_run_and_fails", verify_names_a_damaged_run_and_fails },
+    { "verify_names_a_lost_run_and_list_refuses", verify_names_a_lost_run_and_list_refuses },
 };
 
 int main(int argc, char **argv)

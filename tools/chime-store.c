@@ -27,81 +27,33 @@
 #include <unistd.h>
 
 #include "chime.h"
+#include "store/files.h"
 #include "store/format.h"
 #include "store/io.h"
 #include "store/merge.h"
 #include "store/reader.h"
 #include "store/run.h"
 
-/* ---- the journal's files, as open would see them (format.md, "Files") ---- */
+/* ---- the journal's files, as open sees them (files.h) ---- */
 
-struct files {
-    uint64_t (*runs)[2];
-    size_t nruns;
-    uint64_t *segs;
-    size_t nsegs;
-    size_t cap_runs, cap_segs;
-};
-
-static int add_file(void *ctx, const char *name)
+/* List the directory; keep the runs no other run contains and the segments above them. Read-only:
+ * *.tmp files are left where they are. A running service may replace files while they are listed,
+ * and a listing may then miss a run renamed into place as well as the files it replaced (readdir
+ * need not report a file added meanwhile): a chain that is not whole is listed again a few times
+ * before it counts as damage. */
+static int list_files(int dir, struct chime__journal_files *f)
 {
-    struct files *f = ctx;
-    uint64_t lo, hi;
-    int kind = chime__parse_name(name, &lo, &hi);
-    if (kind == 1) {
-        if (f->nsegs == f->cap_segs && !(f->segs = realloc(f->segs, (f->cap_segs = f->cap_segs * 2 + 8) * sizeof *f->segs)))
-            return -ENOMEM;
-        f->segs[f->nsegs++] = lo;
-    } else if (kind == 2) {
-        if (f->nruns == f->cap_runs && !(f->runs = realloc(f->runs, (f->cap_runs = f->cap_runs * 2 + 8) * sizeof *f->runs)))
-            return -ENOMEM;
-        f->runs[f->nruns][0] = lo;
-        f->runs[f->nruns++][1] = hi;
+    int err = 0;
+    for (int tries = 0; tries < 5; tries++) {
+        if (tries) {
+            chime__journal_files_free(f);
+            nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+        }
+        err = chime__journal_files_list(dir, f, 0);
+        if (err || f->chain == CHIME__CHAIN_WHOLE)
+            break;
     }
-    return 0;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static int cmp_range(const void *a, const void *b)
-{
-    const uint64_t *x = a, *y = b;
-    return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : (x[1] > y[1] ? -1 : x[1] < y[1]);
-}
-
-/* List the directory; keep the runs no other run contains and the segments above them. */
-static int list_files(int dir, struct files *f)
-{
-    memset(f, 0, sizeof *f);
-    int err = chime__io_list(dir, add_file, f);
-    if (err)
-        return err;
-    if (f->nruns)
-        qsort(f->runs, f->nruns, sizeof *f->runs, cmp_range);
-    if (f->nsegs)
-        qsort(f->segs, f->nsegs, sizeof *f->segs, cmp_u64);
-    size_t kept = 0;
-    for (size_t i = 0; i < f->nruns; i++)
-        if (!kept || f->runs[i][1] > f->runs[kept - 1][1])
-            memmove(f->runs[kept++], f->runs[i], sizeof *f->runs);
-    f->nruns = kept;
-    uint64_t covered = kept ? f->runs[kept - 1][1] : 0;
-    kept = 0;
-    for (size_t i = 0; i < f->nsegs; i++)
-        if (f->segs[i] > covered)
-            f->segs[kept++] = f->segs[i];
-    f->nsegs = kept;
-    return 0;
-}
-
-static void free_files(struct files *f)
-{
-    free(f->runs);
-    free(f->segs);
+    return err;
 }
 
 /* ---- reading the live records: runs merged with the segments, sorted in memory ---- */
@@ -115,7 +67,7 @@ struct segments {
 
 /* Every whole record of the segments, flattened and sorted; reading stops at the first that is not
  * whole (the torn tail open would cut; verify tells where). */
-static int read_segments(int dir, const struct files *f, struct segments *s)
+static int read_segments(int dir, const struct chime__journal_files *f, struct segments *s)
 {
     memset(s, 0, sizeof *s);
     s->bufs = calloc(f->nsegs ? f->nsegs : 1, sizeof *s->bufs);
@@ -172,11 +124,15 @@ static void free_segments(struct segments *s)
 /* Merge everything the journal holds, collapsed to live PUT and DEAD records, in run order. */
 static int read_live(int dir, chime__emit_fn *emit, void *ctx)
 {
-    struct files f;
+    struct chime__journal_files f;
     struct segments segs;
     int err = list_files(dir, &f);
-    if (err)
+    if (!err && f.chain != CHIME__CHAIN_WHOLE)
+        err = -EBADMSG; /* a file is missing (verify names it): open refuses the journal */
+    if (err) {
+        chime__journal_files_free(&f);
         return err;
+    }
     err = read_segments(dir, &f, &segs);
     struct chime__run **runs = calloc(f.nruns + 1, sizeof *runs);
     struct chime__run_source *srcs = calloc(f.nruns + 1, sizeof *srcs);
@@ -187,7 +143,7 @@ static int read_live(int dir, chime__emit_fn *emit, void *ctx)
     for (; !err && opened < f.nruns; opened++) {
         char name[CHIME__NAME_MAX];
         uint64_t bad;
-        chime__run_name(name, f.runs[opened][0], f.runs[opened][1]);
+        chime__run_name(name, f.runs[opened].lo, f.runs[opened].hi);
         err = chime__run_open(dir, name, &runs[opened], &bad, NULL, NULL);
         if (!err)
             err = chime__run_source_all(&srcs[opened], runs[opened]);
@@ -222,7 +178,7 @@ static int read_live(int dir, chime__emit_fn *emit, void *ctx)
     free(ptrs);
     free(order);
     free_segments(&segs);
-    free_files(&f);
+    chime__journal_files_free(&f);
     return err;
 }
 
@@ -297,19 +253,29 @@ static int cmd_read(int dir, int dead, int count_only)
 /* verify: one line per file, then a verdict. Return: 0 the journal opens; 1 it is damaged. */
 static int cmd_verify(int dir)
 {
-    struct files f;
+    struct chime__journal_files f;
     int err = list_files(dir, &f);
     if (err) {
+        chime__journal_files_free(&f);
         fprintf(stderr, "chime-store: %s\n", chime_strerror(err));
         return 1;
     }
     uint64_t total = 0, records = 0;
     int damaged = 0, torn = 0, other_version = 0;
+    if (f.chain == CHIME__CHAIN_GAP) {
+        printf("MISSING: segments %" PRIu64 " to %" PRIu64 " are in no file (a run or segment was "
+               "lost, and its records with it)\n", f.missing.lo, f.missing.hi);
+        damaged = 1;
+    } else if (f.chain == CHIME__CHAIN_OVERLAP) {
+        printf("OVERLAP: the runs from segments %" PRIu64 " and %" PRIu64 " overlap and neither "
+               "contains the other (no crash leaves that)\n", f.missing.lo, f.missing.hi);
+        damaged = 1;
+    }
     for (size_t i = 0; i < f.nruns; i++) {
         char name[CHIME__NAME_MAX];
         struct chime__run *r;
         uint64_t bad;
-        chime__run_name(name, f.runs[i][0], f.runs[i][1]);
+        chime__run_name(name, f.runs[i].lo, f.runs[i].hi);
         err = chime__run_open(dir, name, &r, &bad, NULL, NULL);
         if (err == -EPROTO) {
             printf("%s: %s\n", name, chime_strerror(err));
@@ -392,7 +358,7 @@ static int cmd_verify(int dir)
                "that was never reported durable)\n");
     else
         printf("ok\n");
-    free_files(&f);
+    chime__journal_files_free(&f);
     return damaged || other_version;
 }
 

@@ -161,7 +161,7 @@ void chime__header_encode(void *dst, const struct chime__file_header *h)
     put64(p + 24, h->hi);
     put64(p + 32, h->next_version);
     put64(p + 40, h->created);
-    put64(p + 48, h->salt);
+    put64(p + 48, h->run ? h->size : h->salt); /* one field, by kind (format.md) */
     put32(p + 60, chime__crc_mask(chime__crc32c(0, p, 60)));
 }
 
@@ -184,8 +184,10 @@ int chime__header_decode(const void *src, struct chime__file_header *h)
     h->hi = get64(p + 24);
     h->next_version = get64(p + 32);
     h->created = get64(p + 40);
-    h->salt = get64(p + 48);
-    if (h->lo > h->hi || (!h->run && (h->lo != h->hi || h->salt == 0)) || (h->run && h->salt))
+    h->salt = h->run ? 0 : get64(p + 48);
+    h->size = h->run ? get64(p + 48) : 0;
+    if (h->lo > h->hi || (!h->run && (h->lo != h->hi || h->salt == 0)) ||
+        (h->run && (h->size < CHIME__FILE_HEADER || h->size % 8)))
         return -EBADMSG;
     return 0;
 }

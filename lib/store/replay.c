@@ -2,13 +2,13 @@
 /*
  * Recovery at open: from whatever a crash left in the directory to J1 (journal.h), in four steps.
  *
- * 1. Sort out the files (format.md, "Files"). *.tmp files are dropped: a run not yet renamed. A run
- *    whose range another run's contains is set aside: a merge's input that a crash left behind. The
- *    other runs must not overlap. Segments a run covers are set aside: flushed, not yet deleted. The
- *    remaining segments must follow the runs without a gap.
- * 2. Read every run, oldest first, checking every record, and rebuild the key index from them. Only
- *    then delete what step 1 set aside: a damaged run fails the open with the files it replaced
- *    still there.
+ * 1. Sort out the files (files.h). *.tmp files are dropped: a run not yet renamed. A run whose range
+ *    another run's contains is set aside: a merge's input that a crash left behind. The other runs
+ *    must not overlap. Segments a run covers are set aside: flushed, not yet deleted. The runs and
+ *    the remaining segments must cover every segment number from 1 on: a gap is a lost file.
+ * 2. Read every run, oldest first, checking every record and its length, and rebuild the key index
+ *    from them. Only then delete what step 1 set aside: a damaged run fails the open with the files
+ *    it replaced still there.
  * 3. Read the segments in order and rebuild the index from their records, up to the first one that
  *    is not whole, or zeros that data follows (the reader's end is zeros up to the file's end). If
  *    a later segment was written to (anything but zeros after its header), that was damage: the
@@ -30,119 +30,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/files.h"
 #include "store/io.h"
 #include "store/journal.h"
 #include "store/reader.h"
 
-struct range {
-    uint64_t lo, hi;
-};
-
-struct listing {
-    struct chime__backend *j;
-    struct range *runs;
-    size_t nruns, cruns;
-    uint64_t *segs;
-    size_t nsegs, csegs;
-    struct range *gone_runs; /* contained in a live run: deleted once the live runs have been read */
-    size_t ngone_runs, cgone_runs;
-    uint64_t *gone_segs;     /* covered by a live run: likewise */
-    size_t ngone_segs, cgone_segs;
-    int err;
-};
-
-static int grow(void **p, size_t *cap, size_t n, size_t size)
+/* Step 1: the live runs and segments, and what they replace (files.h), with *.tmp files dropped;
+ * the chain of segment numbers must be whole. */
+static int sort_out(struct chime__journal_files *f, int dir)
 {
-    if (n < *cap)
-        return 0;
-    size_t c = *cap ? *cap * 2 : 16;
-    void *g = realloc(*p, c * size);
-    if (!g)
-        return -ENOMEM;
-    *p = g;
-    *cap = c;
-    return 0;
-}
-
-static int list_one(void *ctx, const char *name)
-{
-    struct listing *l = ctx;
-    size_t len = strlen(name);
-    if (len > 4 && !strcmp(name + len - 4, ".tmp"))
-        return chime__io_unlinkat(l->j->dir, name);
-    uint64_t lo, hi;
-    switch (chime__parse_name(name, &lo, &hi)) {
-    case 1:
-        if (grow((void **)&l->segs, &l->csegs, l->nsegs, sizeof *l->segs))
-            return -ENOMEM;
-        l->segs[l->nsegs++] = lo;
-        return 0;
-    case 2:
-        if (lo > hi)
-            return -EBADMSG;
-        if (grow((void **)&l->runs, &l->cruns, l->nruns, sizeof *l->runs))
-            return -ENOMEM;
-        l->runs[l->nruns++] = (struct range){ lo, hi };
-        return 0;
-    default:
-        return 0; /* LOCK, or a file that is none of the journal's */
-    }
-}
-
-static int cmp_range(const void *a, const void *b)
-{
-    const struct range *x = a, *y = b;
-    return x->lo != y->lo ? (x->lo < y->lo ? -1 : 1) : (x->hi > y->hi ? -1 : x->hi < y->hi);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Step 1. On return l->runs holds the live runs in order, l->segs the live segments. */
-static int sort_out(struct listing *l, int dir)
-{
-    int err = chime__io_list(dir, list_one, l);
-    if (err)
-        return err;
-    if (l->nruns)
-        qsort(l->runs, l->nruns, sizeof *l->runs, cmp_range);
-    size_t kept = 0;
-    for (size_t i = 0; i < l->nruns; i++) {
-        /* Sorted by lo, widest first: a run is contained in another iff in the last one kept. */
-        if (kept && l->runs[i].hi <= l->runs[kept - 1].hi) {
-            if (grow((void **)&l->gone_runs, &l->cgone_runs, l->ngone_runs, sizeof *l->gone_runs))
-                return -ENOMEM;
-            l->gone_runs[l->ngone_runs++] = l->runs[i];
-            continue;
-        }
-        if (kept && l->runs[i].lo <= l->runs[kept - 1].hi)
-            return -EBADMSG; /* overlapping runs: no crash leaves that */
-        l->runs[kept++] = l->runs[i];
-    }
-    l->nruns = kept;
-    uint64_t covered = kept ? l->runs[kept - 1].hi : 0;
-    if (l->nsegs)
-        qsort(l->segs, l->nsegs, sizeof *l->segs, cmp_u64);
-    kept = 0;
-    for (size_t i = 0; i < l->nsegs; i++) {
-        if (l->segs[i] <= covered) {
-            if (grow((void **)&l->gone_segs, &l->cgone_segs, l->ngone_segs, sizeof *l->gone_segs))
-                return -ENOMEM;
-            l->gone_segs[l->ngone_segs++] = l->segs[i];
-            continue;
-        }
-        l->segs[kept++] = l->segs[i];
-    }
-    l->nsegs = kept;
-    for (size_t i = 0; i < kept; i++) {
-        uint64_t want = i ? l->segs[i - 1] + 1 : covered + 1;
-        if (l->segs[i] != want && (i || covered))
-            return -EBADMSG; /* a segment is missing: its records are lost */
-    }
-    return chime__io_fsync(dir);
+    int err = chime__journal_files_list(dir, f, 1);
+    if (!err && f->chain != CHIME__CHAIN_WHOLE)
+        err = -EBADMSG; /* overlapping runs, or a file missing: its records are lost */
+    return err ? err : chime__io_fsync(dir);
 }
 
 #define REBUILD_BATCH 64 /* index operations prefetched together (index.h) */
@@ -271,7 +171,7 @@ static int written_to(int dir, uint64_t number)
 
 /* After step 2 read every live run whole: delete the runs and segments they replace. Not before, so
  * that an open refused for a damaged run leaves the files that still hold its records. */
-static int drop_replaced(const struct listing *l, int dir)
+static int drop_replaced(const struct chime__journal_files *l, int dir)
 {
     char name[CHIME__NAME_MAX];
     for (size_t i = 0; i < l->ngone_runs; i++) {
@@ -291,8 +191,14 @@ static int drop_replaced(const struct listing *l, int dir)
 
 static int add_run(struct chime__backend *j, struct chime__run *r)
 {
-    if (grow((void **)&j->runs, &j->cruns, j->nruns, sizeof *j->runs))
-        return -ENOMEM;
+    if (j->nruns == j->cruns) {
+        size_t c = j->cruns ? j->cruns * 2 : 16;
+        struct chime__run **g = realloc(j->runs, c * sizeof *g);
+        if (!g)
+            return -ENOMEM;
+        j->runs = g;
+        j->cruns = c;
+    }
     j->runs[j->nruns++] = r;
     return 0;
 }
@@ -300,7 +206,7 @@ static int add_run(struct chime__backend *j, struct chime__run *r)
 int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
                           uint64_t *next_version)
 {
-    struct listing l = { .j = j };
+    struct chime__journal_files l;
     struct rebuild rb = { .j = j, .next_version = 1 };
     uint64_t *valid = NULL;
     int err = sort_out(&l, j->dir);
@@ -371,9 +277,6 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
     *first_segment = last + 1;
     *next_version = rb.next_version;
     free(valid);
-    free(l.runs);
-    free(l.segs);
-    free(l.gone_runs);
-    free(l.gone_segs);
+    chime__journal_files_free(&l);
     return err;
 }

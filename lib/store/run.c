@@ -98,8 +98,8 @@ int chime__run_begin(struct chime__run_writer *w, int dir, uint64_t lo, uint64_t
         free(w->run);
         return err;
     }
-    chime__header_encode(w->buf, &(struct chime__file_header){
-        .run = 1, .lo = lo, .hi = hi, .next_version = next_version, .created = realtime_ns() });
+    w->created = realtime_ns();
+    memset(w->buf, 0, CHIME__FILE_HEADER); /* the header is written last, when the run's size is known */
     w->len = CHIME__FILE_HEADER;
     return 0;
 }
@@ -141,6 +141,13 @@ int chime__run_emit(void *ctx, const struct chime__rec *r)
 int chime__run_commit(struct chime__run_writer *w, struct chime__run **out)
 {
     int err = w->len ? write_out(w) : 0;
+    if (!err) { /* the header, with the run's size: a run cut short is then told from a whole one */
+        unsigned char header[CHIME__FILE_HEADER];
+        chime__header_encode(header, &(struct chime__file_header){
+            .run = 1, .lo = w->run->lo, .hi = w->run->hi, .next_version = w->run->next_version,
+            .created = w->created, .size = w->off });
+        err = chime__io_pwrite(w->fd, header, sizeof header, 0);
+    }
     if (!err)
         err = chime__io_fsync(w->fd);
     char name[CHIME__NAME_MAX];
@@ -199,6 +206,10 @@ int chime__run_open(int dir, const char *name, struct chime__run **out, uint64_t
         return err;
     if (!h.run || h.lo != lo || h.hi != hi)
         err = -EBADMSG;
+    else if (h.size != size) { /* cut short (or grown): its records past the cut would be lost */
+        err = -EBADMSG;
+        *bad_off = h.size < size ? h.size : size;
+    }
     struct chime__run *r = err ? NULL : run_new(lo, hi, h.next_version);
     if (!err && !r)
         err = -ENOMEM;

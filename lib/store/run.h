@@ -45,6 +45,7 @@ struct chime__run_writer {
     size_t len, cap;
     uint64_t off;             /* file offset of buf[0] */
     uint64_t last_mark;
+    uint64_t created;         /* the header's, written by commit */
     struct chime__run *run;   /* being built */
 };
 
@@ -53,8 +54,8 @@ int chime__run_begin(struct chime__run_writer *w, int dir, uint64_t lo, uint64_t
                      uint64_t next_version);
 /* Add a record (no kill fields), in run order after the previous one. Return: 0; an I/O error. */
 int chime__run_add(struct chime__run_writer *w, const struct chime__rec *r);
-/* Sync, rename into place, sync the directory. Return: 0 and *out (one reference); an I/O error
- * (the temporary file is then removed). */
+/* Write the header (with the run's size), sync, rename into place, sync the directory. Return: 0 and
+ * *out (one reference); an I/O error (the temporary file is then removed). */
 int chime__run_commit(struct chime__run_writer *w, struct chime__run **out);
 /* Give up: close and remove the temporary file. */
 void chime__run_abort(struct chime__run_writer *w);
@@ -64,8 +65,9 @@ int chime__run_emit(void *ctx, const struct chime__rec *r);
 
 /*
  * Open the run `name` in dir, check every record, and build its index; scan (if not NULL) is called
- * with each record in file order. Return: 0 and *out; -EBADMSG (a header or record is not whole, or a
- * record is out of order), with *bad_off the offset; what scan returned; -ENOMEM; an I/O error.
+ * with each record in file order. Return: 0 and *out; -EBADMSG (a header or record is not whole, a
+ * record is out of order, or the file is not the size its header records), with *bad_off the offset;
+ * -EPROTO (another format version); what scan returned; -ENOMEM; an I/O error.
  */
 int chime__run_open(int dir, const char *name, struct chime__run **out, uint64_t *bad_off,
                     int (*scan)(void *ctx, const struct chime__rec *r), void *ctx);

@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: MIT */
+/* The journal's files as a whole (files.h). */
+#include "store/files.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/format.h"
+#include "store/io.h"
+
+struct listing {
+    struct chime__journal_files *f;
+    size_t cruns, csegs;
+    int dir, drop_tmp;
+};
+
+/* Room for one more of size bytes in *p, which holds n of *cap. */
+static int grow(void **p, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 16;
+    void *g = realloc(*p, c * size);
+    if (!g)
+        return -ENOMEM;
+    *p = g;
+    *cap = c;
+    return 0;
+}
+
+static int list_one(void *ctx, const char *name)
+{
+    struct listing *l = ctx;
+    struct chime__journal_files *f = l->f;
+    size_t len = strlen(name);
+    if (len > 4 && !strcmp(name + len - 4, ".tmp")) {
+        f->ntmp++;
+        return l->drop_tmp ? chime__io_unlinkat(l->dir, name) : 0;
+    }
+    uint64_t lo, hi;
+    switch (chime__parse_name(name, &lo, &hi)) {
+    case 1:
+        if (grow((void **)&f->segs, &l->csegs, f->nsegs, sizeof *f->segs))
+            return -ENOMEM;
+        f->segs[f->nsegs++] = lo;
+        return 0;
+    case 2:
+        if (lo > hi || lo == 0)
+            return -EBADMSG; /* a run's name the journal never writes */
+        if (grow((void **)&f->runs, &l->cruns, f->nruns, sizeof *f->runs))
+            return -ENOMEM;
+        f->runs[f->nruns++] = (struct chime__range){ lo, hi };
+        return 0;
+    default:
+        return 0; /* LOCK, or a file that is none of the journal's */
+    }
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+    const struct chime__range *x = a, *y = b;
+    return x->lo != y->lo ? (x->lo < y->lo ? -1 : 1) : (x->hi > y->hi ? -1 : x->hi < y->hi);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Note numbers [expect, lo) as missing if lo is not the next one; return the number after hi. */
+static uint64_t follow(struct chime__journal_files *f, uint64_t expect, uint64_t lo, uint64_t hi)
+{
+    if (lo != expect && f->chain == CHIME__CHAIN_WHOLE) {
+        f->chain = CHIME__CHAIN_GAP;
+        f->missing = (struct chime__range){ expect, lo - 1 };
+    }
+    return hi + 1;
+}
+
+int chime__journal_files_list(int dir, struct chime__journal_files *f, int drop_tmp)
+{
+    memset(f, 0, sizeof *f);
+    struct listing l = { .f = f, .dir = dir, .drop_tmp = drop_tmp };
+    int err = chime__io_list(dir, list_one, &l);
+    if (err)
+        return err;
+    if (f->nruns)
+        qsort(f->runs, f->nruns, sizeof *f->runs, cmp_range);
+    if (f->nsegs)
+        qsort(f->segs, f->nsegs, sizeof *f->segs, cmp_u64);
+
+    size_t kept = 0, cgone = 0;
+    for (size_t i = 0; i < f->nruns; i++) {
+        const struct chime__range *last = kept ? &f->runs[kept - 1] : NULL;
+        /* Sorted by lo, widest first: a run is contained in another iff in the last one kept. */
+        if (last && f->runs[i].hi <= last->hi) {
+            if (grow((void **)&f->gone_runs, &cgone, f->ngone_runs, sizeof *f->gone_runs))
+                return -ENOMEM;
+            f->gone_runs[f->ngone_runs++] = f->runs[i];
+            continue;
+        }
+        if (last && f->runs[i].lo <= last->hi && f->chain == CHIME__CHAIN_WHOLE) {
+            f->chain = CHIME__CHAIN_OVERLAP; /* no crash leaves that: a merge's run contains its inputs */
+            f->missing = (struct chime__range){ last->lo, f->runs[i].lo };
+        }
+        f->runs[kept++] = f->runs[i];
+    }
+    f->nruns = kept;
+
+    uint64_t covered = kept ? f->runs[kept - 1].hi : 0;
+    kept = cgone = 0;
+    for (size_t i = 0; i < f->nsegs; i++) {
+        if (f->segs[i] <= covered) {
+            if (grow((void **)&f->gone_segs, &cgone, f->ngone_segs, sizeof *f->gone_segs))
+                return -ENOMEM;
+            f->gone_segs[f->ngone_segs++] = f->segs[i];
+            continue;
+        }
+        f->segs[kept++] = f->segs[i];
+    }
+    f->nsegs = kept;
+
+    uint64_t expect = 1; /* the chain (files.h) */
+    for (size_t i = 0; i < f->nruns; i++)
+        expect = follow(f, expect, f->runs[i].lo, f->runs[i].hi);
+    for (size_t i = 0; i < f->nsegs; i++)
+        expect = follow(f, expect, f->segs[i], f->segs[i]);
+    return 0;
+}
+
+void chime__journal_files_free(struct chime__journal_files *f)
+{
+    free(f->runs);
+    free(f->segs);
+    free(f->gone_runs);
+    free(f->gone_segs);
+    memset(f, 0, sizeof *f);
+}

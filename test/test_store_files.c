@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The journal's files as a whole (lib/store/files.h): a file that is lost, or a run cut short or
+ * grown, is damage that open must refuse (-EBADMSG, nothing changed on disk) rather than open the
+ * journal without the records that file held. The journal under test holds runs 1-1, 2-2 and 3-3
+ * and segment 4, each with its own keys; each of its runs is deleted in turn, and one run is cut at
+ * every record boundary (where every record before the cut is whole, so only its length tells).
+ */
+#include "store_util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+
+#include "store/backend.h"
+#include "store/format.h"
+
+#define SESSIONS 4 /* sessions build the journal; session k's puts end in segment k */
+#define KEYS 5     /* puts per session: keys s<k>-<i> */
+
+static char *dir, *scratch;
+static const struct chime__sink no_sink = { NULL, NULL, NULL, NULL };
+
+static const char *const files[] = {
+    "run-0000000000000001-0000000000000001.run", "run-0000000000000002-0000000000000002.run",
+    "run-0000000000000003-0000000000000003.run", "wal-0000000000000004.log",
+};
+
+static char *path_in(const char *d, const char *name)
+{
+    char *p;
+    CHECK(asprintf(&p, "%s/%s", d, name) >= 0, "asprintf");
+    return p;
+}
+
+/* The journal's files in d other than LOCK, sorted, in out (one name per line). */
+static void listing(const char *d, char *out, size_t cap)
+{
+    struct dirent **names;
+    int n = scandir(d, &names, NULL, alphasort);
+    CHECK(n >= 0, "scandir %s", d);
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        if (names[i]->d_name[0] != '.' && strcmp(names[i]->d_name, "LOCK") != 0)
+            len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s\n", names[i]->d_name);
+        free(names[i]);
+    }
+    free(names);
+    CHECK(len < cap, "listing too long");
+}
+
+/* Four sessions, each opening the journal (which flushes the previous session's segment into a
+ * run), putting its keys and closing; the last session's segment stays a segment. */
+static void build(void)
+{
+    dir = tmpdir_make("files");
+    scratch = tmpdir_make("files-scratch");
+    CHECK(dir && scratch, "mkdtemp");
+    struct chime_store_config cfg = { .path = dir };
+    for (int k = 1; k <= SESSIONS; k++) {
+        struct chime__backend *b;
+        CHECK_EQ(chime__journal_ops.open(&b, &cfg, &no_sink), 0);
+        for (int i = 0; i < KEYS; i++) {
+            char key[16];
+            snprintf(key, sizeof key, "s%d-%d", k, i);
+            struct chime__put p = { key, strlen(key), "payload", 7, wall_ns() + 3600 * SEC, 0, 0, 0 };
+            struct chime__put_result res;
+            uint64_t ticket;
+            CHECK_EQ(chime__journal_ops.put(b, &p, &res, &ticket), 0);
+            CHECK_EQ(chime__journal_ops.wait(b, ticket), 0);
+        }
+        CHECK_EQ(chime__journal_ops.close(b), 0);
+    }
+    char got[1024], want[1024] = { 0 };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        strcat(strcat(want, files[i]), "\n");
+    listing(dir, got, sizeof got);
+    CHECK(strcmp(got, want) == 0, "the journal under test is not as built:\n%s", got);
+}
+
+static int count_keys(void *ctx, const struct chime__timer *t)
+{
+    (void)t;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+/* Open scratch: -EBADMSG, with its files (names and bytes) as they were. */
+static void refused(const char *what)
+{
+    char before[1024], after[1024];
+    listing(scratch, before, sizeof before);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd '%s' && cat $(ls | grep -v LOCK) | md5sum", scratch);
+    FILE *p = popen(cmd, "r");
+    char sum_before[64] = { 0 }, sum_after[64] = { 0 };
+    CHECK(p && fgets(sum_before, sizeof sum_before, p), "md5sum");
+    pclose(p);
+    struct chime_store_config cfg = { .path = scratch };
+    struct chime__backend *b;
+    int err = chime__journal_ops.open(&b, &cfg, &no_sink);
+    CHECK(err == -EBADMSG, "%s: open returned %d (%s), not -EBADMSG", what, err, chime_strerror(err));
+    listing(scratch, after, sizeof after);
+    CHECK(strcmp(before, after) == 0, "%s: open changed the files:\n%s\nto\n%s", what, before, after);
+    p = popen(cmd, "r");
+    CHECK(p && fgets(sum_after, sizeof sum_after, p), "md5sum");
+    pclose(p);
+    CHECK(strcmp(sum_before, sum_after) == 0, "%s: open changed the files' bytes", what);
+}
+
+static void fresh_copy(void)
+{
+    tmpdir_remove(scratch);
+    tmpdir_copy(dir, scratch);
+}
+
+static void the_intact_journal_opens_with_every_key(void)
+{
+    fresh_copy();
+    struct chime_store_config cfg = { .path = scratch };
+    struct chime__backend *b;
+    CHECK_EQ(chime__journal_ops.open(&b, &cfg, &no_sink), 0);
+    int n = 0;
+    CHECK_EQ(chime__journal_ops.load(b, 0, UINT64_MAX, count_keys, &n), 0);
+    CHECK_EQ(n, SESSIONS * KEYS);
+    CHECK_EQ(chime__journal_ops.close(b), 0);
+}
+
+static void a_lost_run_refuses_to_open_ebadmsg(void)
+{
+    for (int k = 0; k < 3; k++) { /* each run in turn: the first, one between runs, the last */
+        fresh_copy();
+        char *run = path_in(scratch, files[k]);
+        CHECK(unlink(run) == 0, "unlink %s", run);
+        refused(files[k]);
+        free(run);
+    }
+}
+
+static void every_run_lost_before_a_segment_refuses_to_open_ebadmsg(void)
+{
+    fresh_copy(); /* segment 4 alone: segments 1 to 3 are in no file */
+    for (int k = 0; k < 3; k++) {
+        char *run = path_in(scratch, files[k]);
+        CHECK(unlink(run) == 0, "unlink %s", run);
+        free(run);
+    }
+    refused("runs 1 to 3 lost");
+}
+
+/* Offsets at which run-2-2's records begin, and its size. */
+static size_t record_starts(uint64_t *starts, size_t cap, uint64_t *size)
+{
+    char *run = path_in(dir, files[1]);
+    int fd = open(run, O_RDONLY);
+    struct stat st;
+    CHECK(fd >= 0 && fstat(fd, &st) == 0, "%s", run);
+    *size = (uint64_t)st.st_size;
+    unsigned char *buf = malloc(*size);
+    CHECK(buf && pread(fd, buf, *size, 0) == (ssize_t)*size, "read");
+    close(fd);
+    size_t n = 0;
+    for (uint64_t off = CHIME__FILE_HEADER; off < *size;) {
+        struct chime__rec r;
+        uint32_t len;
+        CHECK_EQ(chime__rec_decode(buf + off, *size - off, &r, &len), CHIME__REC_WHOLE);
+        CHECK(n < cap, "too many records");
+        starts[n++] = off;
+        off += len;
+    }
+    free(buf);
+    free(run);
+    return n;
+}
+
+static void a_run_cut_at_a_record_boundary_or_grown_refuses_to_open_ebadmsg(void)
+{
+    uint64_t starts[64], size;
+    size_t n = record_starts(starts, 64, &size);
+    CHECK_EQ(n, KEYS); /* session 2's puts */
+    for (size_t i = 0; i <= n; i++) { /* cut before record i: every record before it is whole */
+        uint64_t cut = i < n ? starts[i] : size + 8; /* i == n: grown by 8 zero bytes */
+        fresh_copy();
+        char *run = path_in(scratch, files[1]);
+        CHECK(truncate(run, (off_t)cut) == 0, "truncate %s", run);
+        char what[64];
+        snprintf(what, sizeof what, "run 2-2 made %llu bytes long", (unsigned long long)cut);
+        refused(what);
+        free(run);
+    }
+}
+
+static const struct tap_test tests[] = {
+    { "the_intact_journal_opens_with_every_key", the_intact_journal_opens_with_every_key },
+    { "a_lost_run_refuses_to_open_ebadmsg", a_lost_run_refuses_to_open_ebadmsg },
+    { "every_run_lost_before_a_segment_refuses_to_open_ebadmsg",
+      every_run_lost_before_a_segment_refuses_to_open_ebadmsg },
+    { "a_run_cut_at_a_record_boundary_or_grown_refuses_to_open_ebadmsg",
+      a_run_cut_at_a_record_boundary_or_grown_refuses_to_open_ebadmsg },
+};
+
+int main(void)
+{
+    build();
+    int rc = tap_run(tests, (int)(sizeof tests / sizeof tests[0]));
+    tmpdir_remove(dir);
+    tmpdir_remove(scratch);
+    free(dir);
+    free(scratch);
+    return rc;
+}
