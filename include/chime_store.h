@@ -112,8 +112,9 @@ struct chime_fire {
     uint64_t due_ns;        /* CLOCK_REALTIME, ns since the epoch, exactly as it was put (a retry's
                                due time is when the handler returned plus its delay) */
     uint32_t attempt;       /* 1 the first time; more after a retry, or after a restart found it
-                               fired but not acknowledged (a firing is recorded 2 ms before its due
-                               time: a crash in those 2 ms counts it though the handler never ran).
+                               fired but not acknowledged (a firing is recorded a lead of 2 to 50
+                               ms before its due time: a crash in the lead counts it though the
+                               handler never ran).
                                For a dead letter: the firings made */
     uint64_t fence;         /* the fencing token of this firing: 0 with the journal; with
                                PostgreSQL, epoch << 16 | shard, where epoch is the lease under which
@@ -197,12 +198,14 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
 /*
  * Cancel key's pending timer. Returns 0 exactly when the handler will not start for that key (again):
  * it had not started (a timer that fired and waits for max_fires_per_s has not started). A firing is
- * recorded 2 ms before its due time (so that the handler can start on time): from then on it is
- * starting, and cannot be cancelled.
+ * recorded a lead before its due time, so that its commit is over and the handler can start on time:
+ * from then on it is starting, and cannot be cancelled. The lead follows how long the backend's
+ * commits take (their p99 over the last 10 to 20 s, plus a tick): 2 ms on a quick disk, at most 50 ms
+ * (chime_store_stats reports it).
  * Return: 0 (with CHIME_SYNC_EACH: the cancel is on stable storage, and no crash can undo it);
  *         -ENOENT if key has no pending timer (never put, fired and acknowledged, cancelled, or in the
- *         dead letters); -EINPROGRESS if key's handler is running, or its firing is recorded (from 2
- *         ms before its due time), and no newer put is pending: it cannot be cancelled; -EINVAL if
+ *         dead letters); -EINPROGRESS if key's handler is running, or its firing is recorded (from
+ *         the lead before its due time), and no newer put is pending: it cannot be cancelled; -EINVAL if
  *         s or key is NULL or key_len is 0 or over CHIME_STORE_KEY_MAX; -EIO, -ENOSPC, -ESHUTDOWN,
  *         -ENOMEM as chime_store_put.
  * Complexity: as chime_store_put.
@@ -282,6 +285,8 @@ struct chime_store_stats {
     uint64_t buried;      /* timers sent to the dead letters since open */
     uint64_t journal_bytes; /* bytes the journal's files hold on disk */
     int error;            /* 0, or the sticky -EIO / -ENOSPC */
+    uint64_t lead_ns;     /* how long before its due time a firing is recorded now (2 to 50 ms,
+                             from recent commit times; see chime_store_cancel) */
 };
 
 /*

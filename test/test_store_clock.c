@@ -4,9 +4,10 @@
  * the runtime counts CLOCK_MONOTONIC. With an injected clock (the real one plus an offset this test
  * moves, reported to the store as the kernel reports a step of CLOCK_REALTIME) these check: a step
  * back makes nothing fire early, a step forward makes what became due fire, far timers are loaded
- * when a step brings them within the horizon, a restart after the clock moved fires what is due, and
- * a handler whose firing was recorded (2 ms ahead) waits through a step back, starts when the clock
- * passes its due time, and does not keep close waiting.
+ * when a step brings them within the horizon, a restart after the clock moved fires what is due, a
+ * firing is recorded the lead ahead of its due time (and not before), and a handler whose firing was
+ * recorded waits through a step back, starts when the clock passes its due time, and does not keep
+ * close waiting.
  */
 #include "store_util.h"
 
@@ -122,8 +123,8 @@ static uint64_t fired(chime_store *s)
     return st.fired;
 }
 
-/* The clock stands still 1 ms before the timer's due time: its firing is recorded (from 2 ms before)
- * and its handler waits for the due time. Then the clock steps an hour back: the handler waits an
+/* The clock stands still 1 ms before the timer's due time: its firing is recorded (from the lead
+ * before, at least 2 ms) and its handler waits for the due time. Then the clock steps an hour back: the handler waits an
  * hour more. */
 static chime_store *a_handler_waiting_an_hour(uint64_t *due)
 {
@@ -154,6 +155,37 @@ static void a_waiting_handler_starts_when_the_clock_steps_past_its_due_time(void
     CHECK_EQ(chime_store_close(s), 0);
 }
 
+/* A store that has not timed commits for a whole period yet has the longest lead (lib/store/lead.h):
+ * a timer is cancellable until that lead before its due time, and from then its firing is recorded
+ * (cancel: -EINPROGRESS) while its handler waits for the due time itself. */
+static void a_firing_is_recorded_the_lead_before_its_due_time_and_not_before(void)
+{
+    fresh();
+    chime_store *s = open_fake(0);
+    uint64_t t0 = fake_wall();
+    fake_freeze(s, t0);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.lead_ns, 50 * MS);
+    uint64_t due = t0 + 80 * MS;
+    CHECK_EQ(chime_store_put(s, "k", 1, "x", 1, due), 0);
+    CHECK_EQ(chime_store_put(s, "other", 5, "x", 1, due), 0);
+    fake_freeze(s, due - 50 * MS - MS); /* a millisecond before the lead: still cancellable */
+    CHECK_EQ(chime_store_cancel(s, "other", 5), 0);
+    fake_freeze(s, due - 40 * MS); /* within the lead: taken, and its firing recorded */
+    while (fired(s) == 0)
+        sleep_ms(1); /* a poll: the firing is recorded by the store's own threads */
+    CHECK_EQ(chime_store_cancel(s, "k", 1), -EINPROGRESS);
+    CHECK_EQ(recorder_count(&rec), 0); /* the wall clock stands 40 ms before its due time */
+    fake_freeze(s, due);
+    recorder_wait(&rec, 1);
+    CHECK(!atomic_load(&rec.early), "fired before its due time by the wall clock");
+    CHECK_EQ(rec.f[0].due, due);
+    CHECK_EQ(fired(s), 1); /* "other" never fired */
+    fake_freeze(s, 0);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
 static void close_does_not_wait_for_a_handler_the_clock_put_off(void)
 {
     uint64_t due;
@@ -178,6 +210,8 @@ static const struct tap_test tests[] = {
       a_restart_after_the_clock_moved_on_fires_what_is_overdue },
     { "a_waiting_handler_starts_when_the_clock_steps_past_its_due_time",
       a_waiting_handler_starts_when_the_clock_steps_past_its_due_time },
+    { "a_firing_is_recorded_the_lead_before_its_due_time_and_not_before",
+      a_firing_is_recorded_the_lead_before_its_due_time_and_not_before },
     { "close_does_not_wait_for_a_handler_the_clock_put_off",
       close_does_not_wait_for_a_handler_the_clock_put_off },
 };

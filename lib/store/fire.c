@@ -19,12 +19,15 @@
  * serves a whole batch.
  *
  * LEAD. Recording a firing costs a commit (an fdatasync: 0.2 ms on a quiet disk, milliseconds on a
- * busy one), and the handler may not start before it is durable. So a loaded timer is taken for
- * firing LEAD_NS (2 ms) before its due time, its firing is recorded then, and its handler is handed
- * to the runtime as a timer due at the due time itself: the handler starts as late as the runtime
- * makes any timer, not a commit later (unless the commit takes longer than the lead). The price:
- * from 2 ms before its due time a timer cannot be cancelled (-EINPROGRESS), and a crash in those 2 ms
- * counts an attempt that did not start (its restart fires it with attempt + 1).
+ * busy one, tens at its worst), and the handler may not start before it is durable. So a loaded
+ * timer is taken for firing the lead before its due time, its firing is recorded then, and its
+ * handler is handed to the runtime as a timer due at the due time itself: the handler starts as late
+ * as the runtime makes any timer, not a commit later (unless the commit takes longer than the lead).
+ * The lead follows the commits' recent p99, between 2 and 50 ms (lead.h): the dispatcher times each
+ * commit. A loaded timer is armed CHIME__LEAD_MAX_NS before its due time and, when that comes, armed
+ * again for (due - lead), so that the lead of the moment applies. The price: from the lead before
+ * its due time a timer cannot be cancelled (-EINPROGRESS), and a crash in the lead counts an attempt
+ * that did not start (its restart fires it with attempt + 1).
  *
  * OUTCOMES, recorded with the key's stripe locked: 0 acknowledges (the backend removes the timer,
  * unless a put replaced it meanwhile); > 0 puts the same key again at now + delay with attempt
@@ -39,7 +42,6 @@
 
 #define BATCH 1024 /* firings recorded per backend call at most */
 #define NS_PER_S UINT64_C(1000000000)
-#define LEAD_NS UINT64_C(2000000) /* a firing is recorded this long before its due time: see LEAD */
 
 static _Thread_local const struct chime_store *tls_handler_store;
 
@@ -55,10 +57,11 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
 }
 
-/* When a loaded timer is taken for firing: LEAD_NS before its due time. */
-static uint64_t take_at(const struct hot *e)
+/* When a loaded timer is taken for firing: the lead before its due time (LEAD). */
+static uint64_t take_at(struct chime_store *s, const struct hot *e)
 {
-    return e->due_ns > LEAD_NS ? e->due_ns - LEAD_NS : 0;
+    uint64_t lead = chime__lead_ns(&s->lead);
+    return e->due_ns > lead ? e->due_ns - lead : 0;
 }
 
 /* The monotonic deadline for wall-clock time `at`; 0 (at once) if it has passed. */
@@ -73,13 +76,20 @@ static uint64_t mono_for(struct chime_store *s, uint64_t at)
     return mono_ns() + delay;
 }
 
-void chime__store_arm(struct chime_store *s, struct hot *e)
+/* Arm e's runtime timer to call chime__store_due at wall-clock time `at`. */
+static void arm_for(struct chime_store *s, struct hot *e, uint64_t at)
 {
     e->state = HOT_ARMED;
-    if (chime_timer_schedule_at(s->rt, mono_for(s, take_at(e)), chime__store_due, e, &e->rid) != 0) {
+    if (chime_timer_schedule_at(s->rt, mono_for(s, at), chime__store_due, e, &e->rid) != 0) {
         e->rid = 0; /* out of memory (or stopping): the keeper arms it later */
         atomic_fetch_add_explicit(&s->unarmed, 1, memory_order_relaxed);
     }
+}
+
+void chime__store_arm(struct chime_store *s, struct hot *e)
+{
+    /* The longest lead before its due time: the callback arms it again for the lead it finds. */
+    arm_for(s, e, e->due_ns > CHIME__LEAD_MAX_NS ? e->due_ns - CHIME__LEAD_MAX_NS : 0);
 }
 
 static void enqueue(struct chime_store *s, struct hot *e)
@@ -117,8 +127,9 @@ void chime__store_due(void *arg)
         return;
     }
     e->rid = 0;
-    if (s->wall() < take_at(e)) { /* armed early on purpose, or the wall clock stepped back */
-        chime__store_arm(s, e);
+    uint64_t take = take_at(s, e);
+    if (s->wall() < take) { /* armed early on purpose (LEAD), or the wall clock stepped back */
+        arm_for(s, e, take);
         pthread_mutex_unlock(&st->lock);
         return;
     }
@@ -269,7 +280,10 @@ static void fire_batch(struct chime_store *s, struct hot **batch, size_t n)
     }
     if (!k)
         return;
+    uint64_t begun = mono_ns();
     int err = s->ops->fire(s->b, f, k);
+    uint64_t ended = mono_ns();
+    chime__lead_note(&s->lead, ended - begun, ended); /* the dispatcher's alone (lead.h) */
     if (err) {
         chime__store_fail(s, err); /* no handler starts: the restart fires them */
         return;
@@ -303,7 +317,7 @@ int chime__store_reschedule_handler(struct chime_store *s, struct hot *e)
         return 0; /* its callback has begun: it reads the clock, and closing, itself */
     /* acquire: pairs with close's release store of closing */
     int closing = atomic_load_explicit(&s->closing, memory_order_acquire);
-    if (closing && s->wall() + LEAD_NS >= e->due_ns)
+    if (closing && s->wall() + chime__lead_ns(&s->lead) >= e->due_ns)
         return 0; /* it starts within the lead anyway: close waits for it */
     if (chime_timer_cancel(s->rt, e->rid) != 0)
         return 0; /* its callback has just begun */
@@ -372,6 +386,8 @@ int chime__store_start_dispatcher(struct chime_store *s)
 {
     s->tokens_at = mono_ns();
     s->tokens = 1.0;
+    /* The runtime calls back up to a tick late (0: its default, 1 ms: chime_timer.h). */
+    chime__lead_init(&s->lead, s->cfg.runtime.tick_ns ? s->cfg.runtime.tick_ns : UINT64_C(1000000));
     if (pthread_create(&s->dispatcher, NULL, dispatcher_main, s) != 0)
         return -ECHILD;
     s->dispatcher_started = 1;

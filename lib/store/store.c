@@ -410,5 +410,6 @@ CHIME_API void chime_store_stats(const chime_store *s, struct chime_store_stats 
         .buried = atomic_load_explicit(&s->buried, memory_order_relaxed),
         .journal_bytes = b.bytes,
         .error = atomic_load_explicit(&s->error, memory_order_relaxed),
+        .lead_ns = chime__lead_ns(&s->lead),
     };
 }

@@ -15,8 +15,9 @@
  *   ARMED    a runtime timer (rid) will call chime__store_due.
  *   HELD     due, but the key's previous firing is still running; its end releases it.
  *   QUEUED   in the dispatcher's queue (waiting for the rate limit); still cancellable.
- *   FIRING   taken by the dispatcher; its firing is being recorded. No longer cancellable: cancel
- *            gets -EINPROGRESS, a put schedules a new version beside it.
+ *   FIRING   taken by the dispatcher, the lead (lead.h) before its due time; its firing is being
+ *            recorded. No longer cancellable: cancel gets -EINPROGRESS, a put schedules a new
+ *            version beside it.
  *   RUNNING  its handler was handed to the runtime, or runs.
  *
  * A key has at most one loaded timer that is not FIRING or RUNNING (its pending version) and at most
@@ -37,6 +38,7 @@
 
 #include "chime.h"
 #include "store/backend.h"
+#include "store/lead.h"
 
 enum hot_state { HOT_ARMED, HOT_HELD, HOT_QUEUED, HOT_FIRING, HOT_RUNNING };
 
@@ -111,6 +113,7 @@ struct chime_store {
     int dstop;
     double tokens;                 /* the rate limit's bucket */
     uint64_t tokens_at;            /* CLOCK_MONOTONIC when last refilled */
+    struct chime__lead lead;       /* how long before its due time a firing is recorded (lead.h) */
 
     _Atomic uint64_t running;      /* handlers dispatched and not finished */
     _Atomic uint64_t in_table;
