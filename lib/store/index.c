@@ -61,6 +61,7 @@
 #define MEM_MAX ((uint64_t)512 << 10)      /* bytes of a table kept in memory */
 #define BATCH 0u                           /* pending writes of a file table: 0 sizes them (index_table.c) */
 #define ENDED (UINT64_C(1) << 63)          /* rebuild only: this greatest version has ended */
+#define PREFETCH_AHEAD 64                  /* entries a resize fetches the new slot of ahead */
 #define SPILL_OVER ((uint64_t)64 << 20)    /* a rebuild whose tables may take more bytes spills */
 #define SPILL_BLOCK 2048u                  /* slots a spill writes at a time (64 KiB) */
 #define SPILL_BLOCK_TESTS 8u               /* the same when a test sets the threshold */
@@ -172,6 +173,11 @@ static int resize(struct chime__index *ix, table_t *t, uint64_t cap, int keep_en
         err = chime__itable_read(t, i, m, chunk);
         for (uint64_t k = 0; !err && k < m; k++) {
             const slot_t *s = &chunk[k];
+            /* Fetch the home slot of the entry PREFETCH_AHEAD on: the old table's order is the
+             * new one's at random, and a miss per entry in series made the resizes of a rebuild
+             * (log2 of its size of them) most of an open's time. A hint only. */
+            if (k + PREFETCH_AHEAD < m && n.slots)
+                __builtin_prefetch(&n.slots[chunk[k + PREFETCH_AHEAD].lo & (cap - 1)], 1);
             if (s->version == 0 || ((s->version & ENDED) && !keep_ended))
                 continue;
             uint64_t pos;
@@ -374,22 +380,33 @@ static unsigned bucket_of(unsigned stripe, unsigned table)
     return stripe * 2 + table;
 }
 
+/* The slots a table needs for n entries: at most three quarters full, the most reserve() lets it be. */
+static uint64_t cap_for(uint64_t n)
+{
+    uint64_t cap = MIN_SLOTS;
+    while (n * 4 > cap * 3)
+        cap *= 2;
+    return cap;
+}
+
+/* Grow tb now to hold n entries without growing again (a table grows as it is filled otherwise,
+ * rehashing everything it holds each time it doubles). */
+static int presize_for(struct chime__index *ix, table_t *tb, uint64_t n)
+{
+    return tb->cap < cap_for(n) ? resize(ix, tb, cap_for(n), 1) : 0;
+}
+
 int chime__index_presize(struct chime__index *ix, uint64_t n)
 {
-    uint64_t per = n / STRIPES + 1, cap = MIN_SLOTS;
-    while (per * 4 > cap * 3) /* at most three quarters full: the most reserve() lets it be */
-        cap *= 2;
-    if (cap * sizeof(slot_t) * STRIPES > ix->spill_over) /* the tables grow as they are built */
+    uint64_t per = n / STRIPES + 1;
+    if (cap_for(per) * sizeof(slot_t) * STRIPES > ix->spill_over) /* the tables grow as they are built */
         return ix->spill ? 0
                          : chime__spill_open(&ix->spill, ix->dir, STRIPES * 2, sizeof(slot_t),
                                              ix->spill_block);
     for (int i = 0; i < STRIPES; i++) {
-        table_t *tb = &ix->stripes[i].t[CHIME__IX_PENDING];
-        if (tb->cap < cap) {
-            int err = resize(ix, tb, cap, 1);
-            if (err)
-                return err;
-        }
+        int err = presize_for(ix, &ix->stripes[i].t[CHIME__IX_PENDING], per);
+        if (err)
+            return err;
     }
     return 0;
 }
@@ -507,7 +524,14 @@ int chime__index_rebuild_done(struct chime__index *ix)
             if (ix->spill) { /* fill this table alone from its bucket, then finish it */
                 struct unspill u = { ix, i, t };
                 ix->building = 1;
-                err = chime__spill_read(ix->spill, bucket_of(i, t), unspill_some, &u);
+                /* Sized for half its bucket's records: a replaced key has three (its put, the
+                 * put that replaced it and that one's kill of it), a key put once one. Sized for
+                 * them all, the table would be twice too large for the usual journal, in memory
+                 * and in its file; too small, it grows once more, as it did before every time. */
+                err = presize_for(ix, &ix->stripes[i].t[t],
+                                  chime__spill_count(ix->spill, bucket_of(i, t)) / 2);
+                if (!err)
+                    err = chime__spill_read(ix->spill, bucket_of(i, t), unspill_some, &u);
             }
             ix->building = 0;
             if (!err)

@@ -64,6 +64,8 @@ _Static_assert(sizeof(slot_t) == 32, "a slot is 32 bytes");
 #define BATCH_MIN 1024u /* ... and at least this many */
 #define CHUNK 2048u     /* slots (64 KiB) read, patched and written at once by a flush ... */
 #define CHUNK_MIN 8u    /* ... when it holds at least this many pending writes */
+#define HUGE_PAGE ((size_t)2 << 20)
+#define HUGE_FROM ((size_t)4 << 20) /* arrays this large are mapped for huge pages (map_random) */
 _Static_assert((CHUNK & (CHUNK - 1)) == 0, "a table of CHUNK slots or more is whole chunks");
 
 /* 8 bits of the hash that the stripe (hi's top 5) and the home slot (lo's low bits) do not use. */
@@ -73,14 +75,41 @@ static uint8_t tag_of(uint64_t hi)
     return g ? g : 1;
 }
 
+/*
+ * Map bytes of zeros for an array read and written at random (slots, tags): from HUGE_FROM, aligned
+ * to a huge page and advised to use transparent huge pages, before any page exists. With 4 KiB pages
+ * nearly every access to a table of tens of MiB was also a TLB miss, whose page walk (a nested one
+ * under virtualisation) cost more than the cache miss: an open of 10^7 keys spent most of its time
+ * there. Unmapped with munmap(p, bytes). Return: NULL if there is no memory.
+ */
+static void *map_random(size_t bytes)
+{
+    size_t extra = bytes >= HUGE_FROM ? HUGE_PAGE : 0;
+    char *p = mmap(NULL, bytes + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    if (extra) {
+        char *a = (char *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+        if (a > p)
+            munmap(p, (size_t)(a - p));
+        if (a + bytes < p + bytes + extra)
+            munmap(a + bytes, (size_t)(p + bytes + extra - (a + bytes)));
+        p = a;
+        madvise(p, bytes, MADV_HUGEPAGE); /* advice: without transparent huge pages, nothing */
+    }
+    return p;
+}
+
 int chime__itable_make(struct chime__itable *t, uint64_t cap)
 {
+    size_t bytes = cap * sizeof(slot_t);
+    void *p = map_random(bytes);
+    if (!p)
+        return -ENOMEM;
     /* Populated: a table is written all over, and a first read of an untouched page would map the
      * zero page only for the first write to copy it. */
-    void *p = mmap(NULL, cap * sizeof(slot_t), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (p == MAP_FAILED)
-        return -ENOMEM;
+    if (madvise(p, bytes, MADV_POPULATE_WRITE) != 0)
+        memset(p, 0, bytes); /* a kernel before 5.14: touch every page ourselves */
     *t = (struct chime__itable)CHIME__ITABLE_NONE;
     t->slots = p;
     t->cap = cap;
@@ -108,10 +137,10 @@ int chime__itable_to_file(struct chime__itable *t, int dir, uint32_t batch)
     while (mapn < 2 * batch)
         mapn *= 2;
     /* Not populated: the tags of a table that is mostly empty stay mostly the zero page. */
-    uint8_t *tags = mmap(NULL, t->cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint8_t *tags = map_random(t->cap);
     struct chime__ipend *e = malloc(batch * sizeof *e);
     uint32_t *map = calloc(mapn, sizeof *map);
-    int fd = tags == MAP_FAILED || !e || !map ? -ENOMEM : chime__io_tmpfile(dir);
+    int fd = !tags || !e || !map ? -ENOMEM : chime__io_tmpfile(dir);
     /* Written a page at a time, and read without readahead: the page cache then holds the table in
      * 4 KiB folios. ext4 walks every block of a folio on each buffered write into it, so 32-byte
      * updates of a table written in one 512 MiB stroke (2 MiB folios) cost 10 us each. */
@@ -124,7 +153,7 @@ int chime__itable_to_file(struct chime__itable *t, int dir, uint32_t batch)
     if (err) {
         if (fd >= 0)
             chime__io_close(fd);
-        if (tags != MAP_FAILED)
+        if (tags)
             munmap(tags, t->cap);
         free(e);
         free(map);
