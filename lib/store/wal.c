@@ -26,11 +26,10 @@
  * difference); seg_off, and the `used` a seal reports, count MARKs too.
  *
  * WAITING. Sixty-four threads waiting for one commit must not, on being woken, fight over the
- * log's lock to find out that they may go: a waiter reads `durable_lsn` (acquire; it pairs with the
- * writer's release store after the fdatasync) and sleeps on the futex word `commits`, which the
- * writer bumps and wakes after publishing. A waiter counts itself in `sleepers` (seq_cst) before its
- * last look at durable_lsn, and the writer reads `sleepers` (seq_cst) after bumping `commits`, so it
- * never skips the wake-up a sleeper needs (Dekker's pattern: one of the two sees the other).
+ * log's lock to find out that they may go, nor be woken by a commit that is not theirs: they wait
+ * without the lock, by the protocol of waiters.h. The writer numbers the batches it takes, tells the
+ * waiters (under the lock, so that an append is in the batch taken after it) and publishes each
+ * commit there.
  *
  * FAILURE. The first failed write, fdatasync, or segment creation sets the sticky error: `durable`
  * never moves again, every waiter and every later call gets the error (backend.h, D5). After a
@@ -43,8 +42,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -52,12 +49,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "store/io.h"
 #include "store/lock.h"
+#include "store/waiters.h"
 
 #define FILL_MAX (64u << 20)  /* appenders wait for the writer beyond this many bytes */
 #define COMMIT_EARLY (4u << 20) /* with an interval, commit at once beyond this many */
@@ -103,10 +100,8 @@ struct chime__wal {
     _Atomic uint64_t next_version;  /* given out without the lock: see chime__wal_append */
 
     /* Waiting for durability without the lock (see WAITING). */
-    _Atomic uint64_t durable_lsn;   /* = durable, published after each commit */
-    _Atomic int failed;             /* = error, published with it */
-    _Atomic uint32_t commits;       /* the futex word: bumped by every commit (and the failure) */
-    _Atomic uint32_t sleepers;      /* waiters asleep on it, or about to be */
+    uint64_t batches;              /* batches taken: the writer's own */
+    struct chime__waiters waiters; /* durable and error, published after each commit */
 };
 
 static uint64_t clamp_segment(uint64_t bytes)
@@ -255,23 +250,11 @@ static int write_batch(struct chime__wal *w, const unsigned char *buf, size_t le
     return chime__io_fdatasync(w->fd);
 }
 
-/* Publish a commit (or the failure) to the lock-free waiters of chime__wal_wait. */
-static void publish(struct chime__wal *w, uint64_t durable, int err)
-{
-    if (err)
-        atomic_store_explicit(&w->failed, err, memory_order_release); /* pairs with wait's acquire */
-    else
-        atomic_store_explicit(&w->durable_lsn, durable, memory_order_release); /* ditto */
-    atomic_fetch_add_explicit(&w->commits, 1, memory_order_seq_cst); /* see WAITING */
-    if (atomic_load_explicit(&w->sleepers, memory_order_seq_cst))
-        syscall(SYS_futex, &w->commits, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
 static void fail_locked(struct chime__wal *w, int err)
 {
     w->error = err;
     pthread_cond_broadcast(&w->done);
-    publish(w, 0, err);
+    chime__waiters_fail(&w->waiters, err);
 }
 
 static int interval_passed(const struct chime__wal *w, struct timespec *deadline)
@@ -336,6 +319,7 @@ static void *writer_main(void *arg)
         w->fill_records = 0;
         w->spare = batch;
         w->spare_cap = batch_cap;
+        chime__waiters_taken(&w->waiters, ++w->batches, end); /* under the lock: see WAITING */
         pthread_cond_broadcast(&w->done); /* appenders held back by FILL_MAX may go on */
         pthread_mutex_unlock(&w->lock);
 
@@ -359,7 +343,7 @@ static void *writer_main(void *arg)
         pthread_cond_broadcast(&w->done);
         /* Wake the waiters without the lock: the first thing each of them does next is append. */
         pthread_mutex_unlock(&w->lock);
-        publish(w, end, 0);
+        chime__waiters_commit(&w->waiters, w->batches, end);
         pthread_mutex_lock(&w->lock);
     }
     pthread_mutex_unlock(&w->lock);
@@ -377,10 +361,7 @@ int chime__wal_open(struct chime__wal **out, const struct chime__wal_config *cfg
     w->current = cfg->segment;
     w->sealed = cfg->segment - 1;
     atomic_init(&w->segment_bytes, clamp_segment(cfg->segment_bytes));
-    atomic_init(&w->durable_lsn, 0);
-    atomic_init(&w->failed, 0);
-    atomic_init(&w->commits, 0);
-    atomic_init(&w->sleepers, 0);
+    chime__waiters_init(&w->waiters);
     chime__short_lock_init(&w->lock);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -473,31 +454,17 @@ int chime__wal_append(struct chime__wal *w, struct chime__rec *recs, size_t n, u
 
 int chime__wal_wait(struct chime__wal *w, uint64_t lsn)
 {
-    /* acquire: pairs with publish's release stores */
-    if (atomic_load_explicit(&w->durable_lsn, memory_order_acquire) >= lsn)
+    if (chime__waiters_durable(&w->waiters) >= lsn)
         return 0;
     if (!w->cfg.sync_each) { /* the writer waits for its interval: ask for a commit now */
         pthread_mutex_lock(&w->lock);
-        if (w->wanted < lsn) {
+        if (w->wanted < lsn && w->durable < lsn) {
             w->wanted = lsn;
             pthread_cond_signal(&w->work);
         }
         pthread_mutex_unlock(&w->lock);
     }
-    for (;;) {
-        uint32_t seen = atomic_load_explicit(&w->commits, memory_order_acquire);
-        atomic_fetch_add_explicit(&w->sleepers, 1, memory_order_seq_cst); /* see WAITING */
-        int ready = atomic_load_explicit(&w->durable_lsn, memory_order_seq_cst) >= lsn ||
-                    atomic_load_explicit(&w->failed, memory_order_acquire);
-        if (!ready)
-            syscall(SYS_futex, &w->commits, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
-        atomic_fetch_sub_explicit(&w->sleepers, 1, memory_order_relaxed);
-        if (atomic_load_explicit(&w->durable_lsn, memory_order_acquire) >= lsn)
-            return 0;
-        int err = atomic_load_explicit(&w->failed, memory_order_acquire);
-        if (err)
-            return err;
-    }
+    return chime__waiters_wait(&w->waiters, lsn);
 }
 
 int chime__wal_sync(struct chime__wal *w)
