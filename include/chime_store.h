@@ -223,8 +223,9 @@ CHIME_API int chime_store_cancel(chime_store *s, const void *key, size_t key_len
 CHIME_API int chime_store_sync(chime_store *s);
 
 /*
- * Stop firing, wait for the handlers that are running, make everything durable and free the store.
- * Pending timers stay in the journal for the next open. s is freed even when an error is returned.
+ * Stop firing, wait for the handlers that are running (and for those whose firing is recorded and
+ * due within 50 ms, the longest lead), make everything durable and free the store. Pending timers
+ * stay in the journal for the next open. s is freed even when an error is returned.
  * Return: 0; -EINVAL if s is NULL; -EDEADLK if called from one of s's handlers (nothing is done);
  *         -EIO, -ENOSPC if the store had failed or the last sync failed (what was reported durable
  *         stays durable).

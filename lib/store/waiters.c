@@ -19,14 +19,16 @@ static void wake(struct chime__waiters *w, int p)
 
 void chime__waiters_commit(struct chime__waiters *w, uint64_t n, uint64_t end)
 {
-    /* release: pairs with the waiters' acquire loads: what was synced is theirs to rely on. */
-    atomic_store_explicit(&w->durable, end, memory_order_release);
+    /* seq_cst: the news of the handshake (waiters.h), so that the C11 model, not only x86, orders
+     * it before the bump and the load of sleepers; as a release it pairs with the waiters' acquire
+     * loads: what was synced is theirs to rely on. */
+    atomic_store_explicit(&w->durable, end, memory_order_seq_cst);
     wake(w, (int)(n & 1));
 }
 
 void chime__waiters_fail(struct chime__waiters *w, int err)
 {
-    atomic_store_explicit(&w->failed, err, memory_order_release); /* as durable in commit */
+    atomic_store_explicit(&w->failed, err, memory_order_seq_cst); /* as durable in commit */
     wake(w, 0);
     wake(w, 1);
 }

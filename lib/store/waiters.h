@@ -20,7 +20,7 @@
  * next batch at every commit for nothing: measured, a third of all sleeps with 64 putting threads.)
  *
  * THE HANDSHAKE (Dekker's, all seq_cst where it matters):
- *     writer:  store durable (release);  bump word[p];  load sleepers[p]: wake word[p] if any
+ *     writer:  store durable;  bump word[p];  load sleepers[p]: wake word[p] if any
  *     waiter:  read word[p];  sleepers[p]++;  load durable: if not there, futex_wait(word[p], read)
  * At least one side sees the other: either the writer sees the sleeper and wakes it, or the waiter
  * sees durable; and a bump between the waiter's read of the word and its futex_wait makes the

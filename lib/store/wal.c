@@ -5,8 +5,8 @@
  * Appenders encode their records into `fill` under the lock, each given the next LSN (and, for a
  * PUT or DEAD, the next version), and return; with CHIME_SYNC_EACH they then wait for `durable` to
  * pass their LSN. One writer thread swaps `fill` with its spare buffer, writes the batch with one
- * pwrite per segment it touches, fdatasyncs, publishes `durable`, and wakes every waiter: however
- * many threads appended while the previous fdatasync ran, one fdatasync serves them all. With
+ * pwrite per segment it touches, fdatasyncs, publishes `durable`, and wakes that batch's waiters:
+ * however many threads appended while the previous fdatasync ran, one fdatasync serves them all. With
  * CHIME_SYNC_INTERVAL the writer commits every interval, or at once for a waiter (sync, a firing)
  * or when 4 MB have piled up.
  *
@@ -433,14 +433,19 @@ int chime__wal_append(struct chime__wal *w, struct chime__rec *recs, size_t n, u
     }
     int wake = 0;
     if (!err) {
+        int first = w->fill_len == 0;
         memcpy(w->fill + w->fill_len, enc, total);
         w->fill_len += total;
         w->fill_records++;
         w->appended += total;
         *end = w->appended;
-        /* With an interval the writer wakes on its own; with sync_each a commit is due now, but
-         * only a writer asleep needs waking (most of the time it is inside an fdatasync). */
-        wake = w->writer_idle && (w->cfg.sync_each || w->fill_len >= COMMIT_EARLY);
+        /* Only a writer asleep needs waking (most of the time it is inside an fdatasync). With
+         * sync_each a commit is due now. With an interval, the first record since the last commit
+         * starts the interval's clock: the writer asleep without a deadline (nothing to write) must
+         * wake to set one, or the record waits for the next thing that wakes it, however late
+         * (found in review: a lone put was lost to kill -9 seconds after it returned); after that
+         * it wakes on its own, or for COMMIT_EARLY bytes. */
+        wake = w->writer_idle && (w->cfg.sync_each || first || w->fill_len >= COMMIT_EARLY);
         if (wake)
             w->writer_idle = 0;
     }
@@ -538,6 +543,14 @@ uint64_t chime__wal_current(struct chime__wal *w)
     uint64_t c = w->current;
     pthread_mutex_unlock(&w->lock);
     return c;
+}
+
+int chime__wal_writer_asleep(struct chime__wal *w)
+{
+    pthread_mutex_lock(&w->lock);
+    int asleep = w->writer_idle && w->fill_len == 0;
+    pthread_mutex_unlock(&w->lock);
+    return asleep;
 }
 
 int chime__wal_close(struct chime__wal *w)

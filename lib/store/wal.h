@@ -81,6 +81,10 @@ int chime__wal_error(struct chime__wal *w);
 /* The number of the segment records go to now. */
 uint64_t chime__wal_current(struct chime__wal *w);
 
+/* Whether the writer is asleep with nothing to write and no deadline (for the tests: only an
+ * append, a wait, a seal or close wakes it then). */
+int chime__wal_writer_asleep(struct chime__wal *w);
+
 /* Commit what was appended, stop the writer, and free. Return: 0 or the sticky error. */
 int chime__wal_close(struct chime__wal *w);
 
