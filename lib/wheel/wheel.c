@@ -161,8 +161,11 @@ int chime_wheel_cancel(chime_wheel *w, chime_id id)
         return -EINVAL;
     /* The node freed here is the next one schedule hands out (LIFO), and schedule writes its cold
      * half, which nothing here reads: fetch it for writing now, alongside the hot half's miss, instead
-     * of after it. (A stale or forged id's index may lie past the mapping: prefetch never faults.) */
-    __builtin_prefetch(chime__nodes_call(&w->nodes, (uint32_t)id), 1);
+     * of after it. Only for an index of a node handed out: a forged id's may lie past the array, or
+     * the array not exist yet, and forming that address is undefined behaviour even for a prefetch
+     * (the fuzz target found it with UBSan: an offset applied to the null array of an empty wheel). */
+    if ((uint32_t)id < chime__nodes_extent(&w->nodes))
+        __builtin_prefetch(chime__nodes_call(&w->nodes, (uint32_t)id), 1);
     uint32_t idx = chime__nodes_find(&w->nodes, id);
     if (idx == CHIME__NIL)
         return -ENOENT;
