@@ -288,7 +288,8 @@ static uint32_t *shuffled(size_t n)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3 || (strcmp(argv[1], "churn") && strcmp(argv[1], "cancel") && strcmp(argv[1], "schedule"))) {
+    if (argc != 3 ||
+        (strcmp(argv[1], "churn") && strcmp(argv[1], "cancel") && strcmp(argv[1], "schedule"))) {
         fprintf(stderr, "usage: floor churn|cancel|schedule N\n");
         return 2;
     }

@@ -102,7 +102,8 @@ int chime__journal_files_list(int dir, struct chime__journal_files *f, int drop_
             continue;
         }
         if (last && f->runs[i].lo <= last->hi && f->chain == CHIME__CHAIN_WHOLE) {
-            f->chain = CHIME__CHAIN_OVERLAP; /* no crash leaves that: a merge's run contains its inputs */
+            /* No crash leaves that: a merge's run contains its inputs. */
+            f->chain = CHIME__CHAIN_OVERLAP;
             f->missing = (struct chime__range){ last->lo, f->runs[i].lo };
         }
         f->runs[kept++] = f->runs[i];

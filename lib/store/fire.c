@@ -23,8 +23,8 @@
  * timer is taken for firing the lead before its due time, its firing is recorded then, and its
  * handler is handed to the runtime as a timer due at the due time itself: the handler starts as late
  * as the runtime makes any timer, not a commit later (unless the commit takes longer than the lead).
- * The lead follows the commits' recent p99, between 2 and 50 ms (lead.h): the dispatcher times each
- * commit. A loaded timer is armed CHIME__LEAD_MAX_NS before its due time and, when that comes, armed
+ * The lead follows the longest recent commit, between 2 and 50 ms (lead.h): the dispatcher times
+ * each one. A loaded timer is armed CHIME__LEAD_MAX_NS before its due time and, when that comes, armed
  * again for (due - lead), so that the lead of the moment applies. The price: from the lead before
  * its due time a timer cannot be cancelled (-EINPROGRESS), and a crash in the lead counts an attempt
  * that did not start (its restart fires it with attempt + 1).

@@ -399,7 +399,8 @@ static int presize_for(struct chime__index *ix, table_t *tb, uint64_t n)
 int chime__index_presize(struct chime__index *ix, uint64_t n)
 {
     uint64_t per = n / STRIPES + 1;
-    if (cap_for(per) * sizeof(slot_t) * STRIPES > ix->spill_over) /* the tables grow as they are built */
+    /* The tables grow as they are built: spill them instead of holding them all. */
+    if (cap_for(per) * sizeof(slot_t) * STRIPES > ix->spill_over)
         return ix->spill ? 0
                          : chime__spill_open(&ix->spill, ix->dir, STRIPES * 2, sizeof(slot_t),
                                              ix->spill_block);

@@ -99,7 +99,7 @@ int chime__run_begin(struct chime__run_writer *w, int dir, uint64_t lo, uint64_t
         return err;
     }
     w->created = realtime_ns();
-    memset(w->buf, 0, CHIME__FILE_HEADER); /* the header is written last, when the run's size is known */
+    memset(w->buf, 0, CHIME__FILE_HEADER); /* the header is written last, with the run's size */
     w->len = CHIME__FILE_HEADER;
     return 0;
 }
