@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "store/format.h"
+#include "store/grow.h"
 #include "store/io.h"
 
 struct listing {
@@ -15,40 +16,24 @@ struct listing {
     int dir, drop_tmp;
 };
 
-/* Room for one more of size bytes in *p, which holds n of *cap. */
-static int grow(void **p, size_t *cap, size_t n, size_t size)
-{
-    if (n < *cap)
-        return 0;
-    size_t c = *cap ? *cap * 2 : 16;
-    void *g = realloc(*p, c * size);
-    if (!g)
-        return -ENOMEM;
-    *p = g;
-    *cap = c;
-    return 0;
-}
-
 static int list_one(void *ctx, const char *name)
 {
     struct listing *l = ctx;
     struct chime__journal_files *f = l->f;
     size_t len = strlen(name);
-    if (len > 4 && !strcmp(name + len - 4, ".tmp")) {
-        f->ntmp++;
+    if (len > 4 && !strcmp(name + len - 4, ".tmp"))
         return l->drop_tmp ? chime__io_unlinkat(l->dir, name) : 0;
-    }
     uint64_t lo, hi;
     switch (chime__parse_name(name, &lo, &hi)) {
     case 1:
-        if (grow((void **)&f->segs, &l->csegs, f->nsegs, sizeof *f->segs))
+        if (chime__grow((void **)&f->segs, &l->csegs, f->nsegs, sizeof *f->segs))
             return -ENOMEM;
         f->segs[f->nsegs++] = lo;
         return 0;
     case 2:
         if (lo > hi || lo == 0)
             return -EBADMSG; /* a run's name the journal never writes */
-        if (grow((void **)&f->runs, &l->cruns, f->nruns, sizeof *f->runs))
+        if (chime__grow((void **)&f->runs, &l->cruns, f->nruns, sizeof *f->runs))
             return -ENOMEM;
         f->runs[f->nruns++] = (struct chime__range){ lo, hi };
         return 0;
@@ -96,7 +81,7 @@ int chime__journal_files_list(int dir, struct chime__journal_files *f, int drop_
         const struct chime__range *last = kept ? &f->runs[kept - 1] : NULL;
         /* Sorted by lo, widest first: a run is contained in another iff in the last one kept. */
         if (last && f->runs[i].hi <= last->hi) {
-            if (grow((void **)&f->gone_runs, &cgone, f->ngone_runs, sizeof *f->gone_runs))
+            if (chime__grow((void **)&f->gone_runs, &cgone, f->ngone_runs, sizeof *f->gone_runs))
                 return -ENOMEM;
             f->gone_runs[f->ngone_runs++] = f->runs[i];
             continue;
@@ -114,7 +99,7 @@ int chime__journal_files_list(int dir, struct chime__journal_files *f, int drop_
     kept = cgone = 0;
     for (size_t i = 0; i < f->nsegs; i++) {
         if (f->segs[i] <= covered) {
-            if (grow((void **)&f->gone_segs, &cgone, f->ngone_segs, sizeof *f->gone_segs))
+            if (chime__grow((void **)&f->gone_segs, &cgone, f->ngone_segs, sizeof *f->gone_segs))
                 return -ENOMEM;
             f->gone_segs[f->ngone_segs++] = f->segs[i];
             continue;

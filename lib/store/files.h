@@ -35,7 +35,6 @@ struct chime__journal_files {
     size_t ngone_runs;
     uint64_t *gone_segs;            /* segments a live run covers: flushed, not yet deleted */
     size_t ngone_segs;
-    size_t ntmp;                    /* *.tmp files: runs a crash left before their rename */
     /* The first damage to the chain, if any: a run overlapping the one before it, or numbers no
      * live file covers. */
     enum { CHIME__CHAIN_WHOLE, CHIME__CHAIN_OVERLAP, CHIME__CHAIN_GAP } chain;
@@ -44,8 +43,9 @@ struct chime__journal_files {
 };
 
 /*
- * List directory dir into f (which chime__journal_files_free frees, whatever the return). With
- * drop_tmp, *.tmp files are deleted as they are found (open does; the tool only counts them).
+ * List directory dir into f (which chime__journal_files_free frees, whatever the return). *.tmp
+ * files (runs a crash left before their rename) are no part of it; with drop_tmp they are deleted
+ * as they are found (open does; the tool leaves them).
  * Return: 0 (f->chain says whether the chain is whole); -EBADMSG a file is named as a run the
  * journal never names one (lo 0 or above hi); -ENOMEM; an error of the listing or of a deletion.
  */

@@ -7,7 +7,6 @@ void chime__lead_init(struct chime__lead *l, uint64_t tick_ns)
     l->longest[0] = l->longest[1] = 0;
     l->tick_ns = tick_ns;
     l->period_start = l->first = 0;
-    l->learned = false;
     atomic_init(&l->ns, CHIME__LEAD_MAX_NS);
 }
 
@@ -34,10 +33,9 @@ void chime__lead_note(struct chime__lead *l, uint64_t commit_ns, uint64_t now_ns
     }
     if (commit_ns > l->longest[0])
         l->longest[0] = commit_ns;
-    if (!l->learned && now_ns - l->first >= CHIME__LEAD_PERIOD_NS)
-        l->learned = true;
+    int learned = now_ns - l->first >= CHIME__LEAD_PERIOD_NS; /* a whole period of commits timed */
     uint64_t longest = l->longest[0] > l->longest[1] ? l->longest[0] : l->longest[1];
-    uint64_t lead = l->learned ? round_up(longest) + l->tick_ns : CHIME__LEAD_MAX_NS;
+    uint64_t lead = learned ? round_up(longest) + l->tick_ns : CHIME__LEAD_MAX_NS;
     lead = lead < CHIME__LEAD_MIN_NS ? CHIME__LEAD_MIN_NS : lead;
     lead = lead > CHIME__LEAD_MAX_NS ? CHIME__LEAD_MAX_NS : lead;
     /* relaxed: see chime__lead_ns */

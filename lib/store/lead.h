@@ -35,7 +35,6 @@
 #define CHIME_STORE_LEAD_H
 
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <stdint.h>
 
 #define CHIME__LEAD_MIN_NS UINT64_C(2000000)       /* 2 ms: the lead on a quick disk */
@@ -45,8 +44,8 @@
 struct chime__lead {
     _Atomic uint64_t ns;     /* the lead now */
     uint64_t tick_ns;        /* added to the longest commit */
-    uint64_t first;          /* CLOCK_MONOTONIC of the first commit timed (0: none yet) */
-    bool learned;            /* commits have been timed for a whole period */
+    uint64_t first;          /* CLOCK_MONOTONIC of the first commit timed (0: none yet); a period
+                                after it, the lead is learned */
     uint64_t period_start;   /* CLOCK_MONOTONIC of the current period's start */
     uint64_t longest[2];     /* the longest commit of [0] this period, [1] the one before */
 };

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "store/files.h"
+#include "store/grow.h"
 #include "store/io.h"
 #include "store/journal.h"
 #include "store/reader.h"
@@ -191,14 +192,8 @@ static int drop_replaced(const struct chime__journal_files *l, int dir)
 
 static int add_run(struct chime__backend *j, struct chime__run *r)
 {
-    if (j->nruns == j->cruns) {
-        size_t c = j->cruns ? j->cruns * 2 : 16;
-        struct chime__run **g = realloc(j->runs, c * sizeof *g);
-        if (!g)
-            return -ENOMEM;
-        j->runs = g;
-        j->cruns = c;
-    }
+    if (chime__grow((void **)&j->runs, &j->cruns, j->nruns, sizeof *j->runs))
+        return -ENOMEM;
     j->runs[j->nruns++] = r;
     return 0;
 }
