@@ -6,7 +6,10 @@
  *
  *   insert_1conn    the baseline: raw batched INSERTs of 1000 rows (16-byte key, due, 64-byte
  *                   payload) per transaction, through unnest over binary arrays, on one connection;
- *   insert_4conn    the same on four connections at once (chime's node has four write lanes);
+ *   insert_4conn    the same on four connections at once;
+ *   schema_1conn,   chime's own put statement (statements.h: a row into timers, the key's upsert
+ *   schema_4conn    into keys) with 1000 rows per transaction, on one and on four connections:
+ *                   the ceiling of chime's schema, where the raw inserts are the server's;
  *   put_each        chime_store_put with CHIME_SYNC_EACH from T threads at once, for SECONDS, for
  *                   each T in THREADS (16-byte keys, 64-byte payloads, due in a day: nothing
  *                   fires), one node. With SYNC_EACH, puts/s is at most threads / commit latency:
@@ -22,6 +25,7 @@
  *
  * Usage: pg_bench [THREADS [SECONDS [FIRE_N [TAKEOVER_N]]]]   (default 64,256,1024 5 200000 1000000;
  *        THREADS is a comma-separated list; fire_ack and takeover put from its largest)
+ *        PG_BENCH_PUTS_ONLY=1: put_each alone; PG_BENCH_TAKEOVER_ONLY=1: takeover alone.
  * Run it under flock /work/bench.lock; docs/perf.md has the figures and the command.
  */
 #include "pg_util.h"
@@ -31,6 +35,8 @@
 #include <sys/prctl.h>
 
 #include "chime.h"
+#include "store/pg/pg.h"
+#include "store/pg/statements.h"
 #include "store/store.h"
 
 #define SEC UINT64_C(1000000000)
@@ -67,6 +73,7 @@ struct ins {
     unsigned index;
     _Atomic int *stop;
     uint64_t rows;
+    int schema; /* chime's own put statement into its schema, instead of the plain table */
 };
 
 static void *insert_main(void *arg)
@@ -75,49 +82,67 @@ static void *insert_main(void *arg)
     PGconn *c = PQconnectdb(w->conninfo);
     if (PQstatus(c) != CONNECTION_OK)
         die(PQerrorMessage(c));
-    struct pg_array keys, dues, payloads;
-    chime__pg_array_init(&keys, PG_OID_BYTEA);
-    chime__pg_array_init(&dues, PG_OID_INT8);
-    chime__pg_array_init(&payloads, PG_OID_BYTEA);
+    /* keys, dues, payloads; for the schema also parts (= dues), shards and attempts */
+    struct pg_array a[6];
+    static const uint32_t oids[6] = { PG_OID_BYTEA, PG_OID_INT8, PG_OID_BYTEA,
+                                      PG_OID_INT8,  PG_OID_INT4, PG_OID_INT4 };
+    for (int i = 0; i < 6; i++)
+        chime__pg_array_init(&a[i], oids[i]);
     char payload[64];
     memset(payload, 'p', sizeof payload);
     uint64_t due = now_ns(CLOCK_REALTIME) + 86400 * SEC;
     for (uint64_t seq = 0; !atomic_load(w->stop);) {
-        chime__pg_array_reset(&keys);
-        chime__pg_array_reset(&dues);
-        chime__pg_array_reset(&payloads);
+        for (int i = 0; i < 6; i++)
+            chime__pg_array_reset(&a[i]);
         for (int i = 0; i < 1000; i++, seq++) {
             char key[17];
             snprintf(key, sizeof key, "%02u%014" PRIu64, w->index, seq);
-            chime__pg_array_bytes(&keys, key, 16);
-            chime__pg_array_i64(&dues, (int64_t)due);
-            chime__pg_array_bytes(&payloads, payload, sizeof payload);
+            chime__pg_array_bytes(&a[0], key, 16);
+            chime__pg_array_i64(&a[1], (int64_t)due);
+            chime__pg_array_bytes(&a[2], payload, sizeof payload);
+            chime__pg_array_i64(&a[3], (int64_t)due);
+            chime__pg_array_i32(&a[4], (int32_t)chime__pg_shard_of(key, 16, 256));
+            chime__pg_array_i32(&a[5], 0);
         }
-        const char *v[3];
-        int len[3], fmt[3] = { 1, 1, 1 };
-        v[0] = chime__pg_array_done(&keys, &len[0]);
-        v[1] = chime__pg_array_done(&dues, &len[1]);
-        v[2] = chime__pg_array_done(&payloads, &len[2]);
-        PGresult *r = PQexecParams(c, "INSERT INTO bench (key, due, payload) SELECT * FROM"
-                                      " unnest($1::bytea[], $2::int8[], $3::bytea[])",
-                                   3, NULL, v, len, fmt, 1);
-        if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        const char *v[6];
+        int len[6], fmt[6] = { 1, 1, 1, 1, 1, 1 };
+        for (int i = 0; i < 6; i++)
+            v[i] = chime__pg_array_done(&a[i], &len[i]);
+        PGresult *r;
+        if (w->schema) { /* the put's parameters: keys, dues, parts, shards, attempts, payloads */
+            const char *pv[6] = { v[0], v[1], v[3], v[4], v[5], v[2] };
+            int pl[6] = { len[0], len[1], len[3], len[4], len[5], len[2] };
+            r = PQexecParams(c, PG_SQL_PUT, 6, NULL, pv, pl, fmt, 1);
+        } else {
+            r = PQexecParams(c, "INSERT INTO bench (key, due, payload) SELECT * FROM"
+                                " unnest($1::bytea[], $2::int8[], $3::bytea[])",
+                             3, NULL, v, len, fmt, 1);
+        }
+        if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
             die(PQerrorMessage(c));
         PQclear(r);
         w->rows += 1000;
     }
-    chime__pg_array_free(&keys);
-    chime__pg_array_free(&dues);
-    chime__pg_array_free(&payloads);
+    for (int i = 0; i < 6; i++)
+        chime__pg_array_free(&a[i]);
     PQfinish(c);
     return NULL;
 }
 
-static double insert_rate(const char *conninfo, unsigned conns)
+/* schema: chime's put statement (statements.h) into the schema of conninfo's database (a fresh
+ * one: every key is new), whose partition for the day ahead is created here. */
+static double insert_rate(const char *conninfo, unsigned conns, int schema)
 {
     PGconn *c = PQconnectdb(conninfo);
-    PGresult *r = PQexec(c, "DROP TABLE IF EXISTS bench; CREATE TABLE bench (key bytea PRIMARY KEY,"
-                            " due int8 NOT NULL, payload bytea NOT NULL)");
+    char sql[300];
+    uint64_t width = 3600 * SEC, n = (now_ns(CLOCK_REALTIME) + 86400 * SEC) / width;
+    if (schema)
+        snprintf(sql, sizeof sql, "CREATE TABLE chime.timers_%" PRIu64 " PARTITION OF chime.timers"
+                 " FOR VALUES FROM (%" PRIu64 ") TO (%" PRIu64 ")", n, n * width, (n + 1) * width);
+    else
+        snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS bench; CREATE TABLE bench (key bytea"
+                 " PRIMARY KEY, due int8 NOT NULL, payload bytea NOT NULL)");
+    PGresult *r = PQexec(c, sql);
     if (PQresultStatus(r) != PGRES_COMMAND_OK)
         die(PQerrorMessage(c));
     PQclear(r);
@@ -127,7 +152,7 @@ static double insert_rate(const char *conninfo, unsigned conns)
     pthread_t t[8];
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     for (unsigned i = 0; i < conns; i++) {
-        w[i] = (struct ins){ conninfo, i, &stop, 0 };
+        w[i] = (struct ins){ conninfo, i, &stop, 0, schema };
         pthread_create(&t[i], NULL, insert_main, &w[i]);
     }
     struct timespec ts = { (time_t)seconds, 0 };
@@ -368,6 +393,22 @@ static void takeover(const char *conninfo)
     chime_store_close(b);
 }
 
+/* The server's own ceilings, on the machine and load of this run. */
+static void baselines(void)
+{
+    char conninfo[600];
+    db("raw", conninfo, sizeof conninfo);
+    printf("insert_1conn: %.0f rows/s (1000 rows per transaction)\n", insert_rate(conninfo, 1, 0));
+    printf("insert_4conn: %.0f rows/s (1000 rows per transaction, 4 connections)\n",
+           insert_rate(conninfo, 4, 0));
+    db("schema_1", conninfo, sizeof conninfo);
+    printf("schema_1conn: %.0f puts/s (chime's put statement, 1000 rows per transaction)\n",
+           insert_rate(conninfo, 1, 1));
+    db("schema_4", conninfo, sizeof conninfo);
+    printf("schema_4conn: %.0f puts/s (the same, 4 connections)\n", insert_rate(conninfo, 4, 1));
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -389,10 +430,9 @@ int main(int argc, char **argv)
         pg_cluster_stop(&cluster);
         return 0;
     }
-    db("raw", conninfo, sizeof conninfo);
-    printf("insert_1conn: %.0f rows/s (1000 rows per transaction)\n", insert_rate(conninfo, 1));
-    printf("insert_4conn: %.0f rows/s (1000 rows per transaction, 4 connections)\n",
-           insert_rate(conninfo, 4));
+    int puts_only = getenv("PG_BENCH_PUTS_ONLY") != NULL; /* a shortcut while working on puts */
+    if (!puts_only)
+        baselines();
     double puts = 0;
     for (const char *t = thread_list; *t; t += strcspn(t, ",") + (t[strcspn(t, ",")] == ',')) {
         threads = (unsigned)atoi(t);
@@ -402,6 +442,10 @@ int main(int argc, char **argv)
         puts = put_rate(conninfo);
         printf("put_each: %.0f puts/s (CHIME_SYNC_EACH, %u threads, one node)\n", puts, threads);
         fflush(stdout);
+    }
+    if (puts_only) {
+        pg_cluster_stop(&cluster);
+        return 0;
     }
     db("fire", conninfo, sizeof conninfo);
     printf("fire_ack: %.0f timers/s (%u due at one instant, to every acknowledgement committed)\n",
