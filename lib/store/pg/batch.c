@@ -280,8 +280,10 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
             continue;
         sent[nsent++] = st;
     }
+    /* A put's caller (CHIME_SYNC_EACH) waits for the commit, not for a result: its version is
+     * the lane's to arm, and the loader's poll finds it if the results are lost (P7). */
     for (int k = 0; k < PG_OP_KINDS; k++)
-        for (size_t i = 0; i < l->kind_n[k]; i++)
+        for (size_t i = 0; k != PG_OP_PUT && i < l->kind_n[k]; i++)
             waited |= l->kind_ops[k][i]->waited;
     int rc = prepare_all(l, sent, nsent);
     if (rc != PG_OK)

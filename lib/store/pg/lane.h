@@ -11,9 +11,10 @@ enum pg_op_kind { PG_OP_PUT, PG_OP_RETRY, PG_OP_CANCEL, PG_OP_ACK, PG_OP_BURY, P
 struct pg_op {
     struct pg_op *next;
     uint8_t kind;
-    uint8_t waited;          /* a caller waits for its result (and frees it) */
-    _Atomic uint32_t done;   /* settled: a futex word (the lane stores 1 with release, then
-                                wakes the one waiter; the waiter acquires) */
+    uint8_t waited;          /* a caller waits for it to be settled (and releases it) */
+    _Atomic uint32_t done;   /* settled: a futex word (lanes.c, SETTLING A BATCH) */
+    struct pg_op *wakes[2];  /* the waited operations of its batch its waiter wakes in turn */
+    _Atomic uint32_t refs;   /* its holders (lanes.c, OWNERSHIP) */
     uint8_t note;            /* notify the shard's owner (a put due soon, for a shard not ours) */
     int status;              /* the result: 0, -ENOENT, -EINPROGRESS, -ESTALE, or the error */
     uint64_t seq;            /* in its lane */

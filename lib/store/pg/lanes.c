@@ -27,6 +27,20 @@
  * WAITING. A put's ticket (CHIME_SYNC_EACH) is its operation: the caller sleeps on that
  * operation's own word and frees it. sync() waits for a lane's `committed` to reach the sequence it
  * had handed out when sync began (batches are prefixes of the queue).
+ *
+ * SETTLING A BATCH. The lane stores every waited operation's `done` (release: its status and
+ * `wakes` are written before) and wakes only the first; each caller, once it sees `done`
+ * (acquire), wakes the two its operation names, so that the waited operations form a binary tree
+ * and the last caller is woken about log2(n) wakes after the commit. The lane thread makes one
+ * wake per batch instead of one per caller: with hundreds of callers, waking each in turn kept
+ * it from its next batch for milliseconds (each wake lets the woken thread run first).
+ *
+ * OWNERSHIP. An operation is its maker's until the lane takes it; one nobody waits for is then the
+ * lane's, which frees it once settled. A waited one has two holders once settled, its caller and
+ * its waker (the caller of its parent in the tree, or the lane for the first): a caller may see
+ * `done` before its waker's futex call, and that call must not reach freed memory. `refs` counts
+ * them, and the last to let go frees it (op_release). A maker whose operation the queue refused
+ * (enqueue failed) still holds it alone.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -67,10 +81,20 @@ static struct pg_op *op_new(enum pg_op_kind kind, const void *key, size_t key_le
     if (payload_len)
         memcpy(op->data + key_len, payload, payload_len);
     op->hash = key_hash(key, key_len);
+    atomic_init(&op->refs, 1); /* its maker's (OWNERSHIP) */
     return op;
 }
 
-/* Queue op on the lane of its shard. Return: 0 and *ticket; the sticky error (op freed). */
+/* Let go of op; the last holder frees it (OWNERSHIP). */
+static void op_release(struct pg_op *op)
+{
+    /* acq_rel: this holder's accesses to op come before the free, whichever holder frees it */
+    if (atomic_fetch_sub_explicit(&op->refs, 1, memory_order_acq_rel) == 1)
+        free(op);
+}
+
+/* Queue op on the lane of its shard. Return: 0 and *ticket (op is the lane's, or shared with it if
+ * waited); the sticky error (op still the caller's alone). */
 static int enqueue(struct chime__backend *b, struct pg_op *op, uint64_t *ticket)
 {
     struct pg_lane *l = b->lanes[op->shard % PG_LANES];
@@ -80,7 +104,6 @@ static int enqueue(struct chime__backend *b, struct pg_op *op, uint64_t *ticket)
         err = -EIO; /* the lanes gave up (close, with the database unreachable) */
     if (err) {
         pthread_mutex_unlock(&l->lock);
-        free(op);
         return err;
     }
     uint64_t seq = op->seq = ++l->next_seq;
@@ -110,12 +133,53 @@ static void wait_for_seq(struct chime__backend *b, struct pg_lane *l, uint64_t s
     }
 }
 
-/* Sleep until the lane settles op (every queued op is settled, even when the store fails). */
+static void wake_op(struct pg_op *op)
+{
+    syscall(SYS_futex, &op->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* Sleep until the lane settles op (every queued op is settled, even when the store fails), then
+ * pass the wake on (SETTLING A BATCH). */
 static void wait_for_op(struct pg_op *op)
 {
-    /* acquire: pairs with the lane's release store of done */
+    /* acquire: pairs with the lane's release store of done (op's status, wakes and refs) */
     while (!atomic_load_explicit(&op->done, memory_order_acquire))
         syscall(SYS_futex, &op->done, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+    for (int i = 0; i < 2; i++) {
+        if (op->wakes[i]) {
+            wake_op(op->wakes[i]);
+            op_release(op->wakes[i]); /* as its waker */
+        }
+    }
+}
+
+/* Settle a batch's operations: free those nobody waits for, wake the callers of the others
+ * (SETTLING A BATCH). err: the batch's failure, or 0. Reorders batch. */
+static void settle(struct pg_op **batch, size_t n, int err)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct pg_op *op = batch[i];
+        if (err)
+            op->status = err;
+        if (op->waited)
+            batch[m++] = op; /* i >= m: nothing unread is overwritten */
+        else
+            free(op);
+    }
+    for (size_t i = 0; i < m; i++) {
+        for (size_t k = 0; k < 2; k++)
+            batch[i]->wakes[k] = 2 * i + 1 + k < m ? batch[2 * i + 1 + k] : NULL;
+        /* its caller and its waker (OWNERSHIP); relaxed: published by the release below */
+        atomic_store_explicit(&batch[i]->refs, 2, memory_order_relaxed);
+    }
+    struct pg_op *root = m ? batch[0] : NULL;
+    for (size_t i = 0; i < m; i++) /* release: pairs with wait_for_op */
+        atomic_store_explicit(&batch[i]->done, 1, memory_order_release);
+    if (root) {
+        wake_op(root);
+        op_release(root); /* as its waker */
+    }
 }
 
 /* After a batch (or a failure): wake whoever waits for the lane as a whole. */
@@ -125,18 +189,16 @@ static void wake_all(struct pg_lane *l)
     syscall(SYS_futex, &l->commits, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Queue op and wait for its result; frees op unless keep. Return: its status. */
-static int run_waited(struct chime__backend *b, struct pg_op *op, int keep)
+/* Queue op and wait for its result. Return: its status, or the queue's refusal; op is still the
+ * caller's to read and to release (op_release). */
+static int run_waited(struct chime__backend *b, struct pg_op *op)
 {
     op->waited = 1;
     int err = enqueue(b, op, NULL);
     if (err)
         return err;
     wait_for_op(op);
-    err = op->status;
-    if (!keep)
-        free(op);
-    return err;
+    return op->status;
 }
 
 /* A ticket names its operation: with CHIME_SYNC_EACH a put's caller waits for exactly that one
@@ -149,7 +211,7 @@ int chime__pg_wait(struct chime__backend *b, uint64_t ticket)
     struct pg_op *op = (struct pg_op *)(uintptr_t)ticket;
     wait_for_op(op);
     int err = op->status;
-    free(op);
+    op_release(op);
     return err;
 }
 
@@ -211,19 +273,21 @@ int chime__pg_put(struct chime__backend *b, const struct chime__put *p, struct c
         bool waited = b->cfg->sync == CHIME_SYNC_EACH; /* the logic waits for this ticket */
         op->waited = waited;
         int err = enqueue(b, op, NULL); /* not waited for: the lane may free op at once */
+        if (err)
+            op_release(op);
         *ticket = !err && waited ? (uint64_t)(uintptr_t)op : 0;
         return err;
     }
     if (pg_fence_shard(p->if_fence) != op->shard || !chime__pg_holds(b, op->shard, op->epoch)) {
-        free(op);
+        op_release(op);
         return -ESTALE; /* the firing's lease has lapsed: its new owner fires it again */
     }
-    int err = run_waited(b, op, 1);
+    int err = run_waited(b, op);
     if (!err) {
         res->ref = (struct chime__ref){ op->out_version, pg_fence(op->epoch, op->shard) };
         *ticket = 0;
     }
-    free(op);
+    op_release(op);
     return err;
 }
 
@@ -235,10 +299,10 @@ int chime__pg_cancel(struct chime__backend *b, const void *key, size_t key_len, 
         return -ENOMEM;
     op->shard = chime__pg_shard_of(key, key_len, b->schema.shards);
     op->version = firing;
-    int err = run_waited(b, op, 1);
+    int err = run_waited(b, op);
     if (!err || err == -EINPROGRESS)
         *victim = (struct chime__ref){ op->out_version, 0 };
-    free(op);
+    op_release(op);
     *ticket = 0; /* committed before run_waited returned */
     return err;
 }
@@ -252,7 +316,10 @@ int chime__pg_ack(struct chime__backend *b, const void *key, size_t key_len,
     op->shard = pg_fence_shard(ref->fence);
     op->version = ref->version;
     op->epoch = pg_fence_epoch(ref->fence);
-    return enqueue(b, op, NULL); /* D3: not waited for; refused in the database if stale (P1) */
+    int err = enqueue(b, op, NULL); /* D3: not waited for; refused in the database if stale (P1) */
+    if (err)
+        op_release(op);
+    return err;
 }
 
 int chime__pg_bury(struct chime__backend *b, const struct chime__timer *t)
@@ -265,7 +332,10 @@ int chime__pg_bury(struct chime__backend *b, const struct chime__timer *t)
     op->epoch = pg_fence_epoch(t->ref.fence);
     op->due = t->due_ns > DUE_MAX ? DUE_MAX : t->due_ns;
     op->attempt = t->attempt;
-    return enqueue(b, op, NULL);
+    int err = enqueue(b, op, NULL);
+    if (err)
+        op_release(op);
+    return err;
 }
 
 int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key_len,
@@ -281,7 +351,7 @@ int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key
     op->due = due_ns; /* op->part: stamped by the lane (batch.c, restamp) */
     uint64_t held = chime__pg_epoch_of(b, op->shard);
     op->note = !held && due_ns < chime__pg_wall() + b->notify_ns;
-    int err = run_waited(b, op, 1);
+    int err = run_waited(b, op);
     if (!err) {
         *res = (struct chime__put_result){ .ref = { op->out_version, held ? pg_fence(held, op->shard) : 0 },
                                            .owned = held != 0 };
@@ -291,7 +361,7 @@ int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key
         *ticket = 0;
     }
     free(op->out_payload);
-    free(op);
+    op_release(op);
     return err;
 }
 
@@ -303,7 +373,9 @@ int chime__pg_dead_drop(struct chime__backend *b, const void *key, size_t key_le
         return -ENOMEM;
     op->shard = chime__pg_shard_of(key, key_len, b->schema.shards);
     *ticket = 0;
-    return run_waited(b, op, 0);
+    int err = run_waited(b, op);
+    op_release(op);
+    return err;
 }
 
 /* ---- the lane thread ---- */
@@ -353,17 +425,7 @@ static void *lane_main(void *arg)
         uint64_t last = l->batch[n - 1]->seq; /* n > 0: the queue was not empty */
         if (err && !atomic_load_explicit(&l->failed_from, memory_order_relaxed))
             atomic_store_explicit(&l->failed_from, l->batch[0]->seq, memory_order_relaxed);
-        for (size_t i = 0; i < n; i++) {
-            struct pg_op *op = l->batch[i];
-            if (err)
-                op->status = err;
-            if (op->waited) { /* its caller frees it, after seeing done (release: pairs with it) */
-                atomic_store_explicit(&op->done, 1, memory_order_release);
-                syscall(SYS_futex, &op->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-            } else {
-                free(op);
-            }
-        }
+        settle(l->batch, n, err);
         atomic_store_explicit(&l->committed, last, memory_order_release); /* pairs with wait_for */
         wake_all(l);
         pthread_mutex_lock(&l->lock);
