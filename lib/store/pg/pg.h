@@ -73,7 +73,7 @@
 #include "store/backend.h"
 
 #define PG_MAX_SHARDS 65535u /* a fence keeps the shard in 16 bits */
-#define PG_LANES 4           /* write lanes (connections) per node */
+#define PG_LANES 1           /* write lanes (connections) per node (design.md, Writes) */
 #define PG_BATCH 2000        /* operations per lane transaction at most */
 #define PG_SCHEMA_VERSION 2
 #define PG_MIN_LEASE_NS UINT64_C(200000000)
