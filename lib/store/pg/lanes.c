@@ -25,8 +25,8 @@
  * makes the lane read the results before it sends COMMIT, so they are never lost with it.
  *
  * WAITING. A put's ticket (CHIME_SYNC_EACH) is its operation: the caller sleeps on that
- * operation's own word and frees it. sync() waits for a lane's `committed` to reach the sequence it
- * had handed out when sync began (batches are prefixes of the queue).
+ * operation's own word, then releases it (OWNERSHIP). sync() waits for a lane's `committed` to
+ * reach the sequence it had handed out when sync began (batches are prefixes of the queue).
  *
  * SETTLING A BATCH. The lane stores every waited operation's `done` (release: its status and
  * `wakes` are written before) and wakes only the first; each caller, once it sees `done`
