@@ -282,9 +282,12 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
     }
     /* A put's caller (CHIME_SYNC_EACH) waits for the commit, not for a result: its version is
      * the lane's to arm, and the loader's poll finds it if the results are lost (P7). */
-    for (int k = 0; k < PG_OP_KINDS; k++)
-        for (size_t i = 0; k != PG_OP_PUT && i < l->kind_n[k]; i++)
+    for (int k = 0; k < PG_OP_KINDS; k++) {
+        if (k == PG_OP_PUT)
+            continue;
+        for (size_t i = 0; i < l->kind_n[k]; i++)
             waited |= l->kind_ops[k][i]->waited;
+    }
     int rc = prepare_all(l, sent, nsent);
     if (rc != PG_OK)
         return rc;
