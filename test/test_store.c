@@ -7,6 +7,8 @@
  */
 #include "store_api.h"
 
+#include "store/index.h"
+
 static void a_put_fires_once_at_its_due_time_never_before(void)
 {
     fresh();
@@ -182,6 +184,64 @@ static void a_cancel_while_running_cancels_the_newer_put_only(void)
     CHECK_EQ(chime_store_close(s), 0);
 }
 
+/* "give up" goes to the dead letters, "hold" waits at the gate, anything else is acknowledged. */
+static int64_t hold_or_give_up(struct recorder *r, const struct chime_fire *f)
+{
+    if (strcmp((const char *)f->payload, "give up") == 0)
+        return CHIME_STORE_DEAD;
+    return strcmp((const char *)f->payload, "hold") == 0 ? gated(r, f) : 0;
+}
+
+static void wait_dead(chime_store *s, uint64_t n)
+{
+    for (struct chime_store_stats st;; sleep_ms(2)) { /* a poll, as in store_wait_idle */
+        chime_store_stats(s, &st);
+        if (st.dead >= n)
+            return;
+    }
+}
+
+/* With the index in files, the journal acknowledges a timer nothing replaced without reading its
+ * key's slot (lib/store/index.c, DELETION), on the logic's word that it is still the key's pending
+ * version. A put or a requeue made while the handler ran must take that word back, or the
+ * acknowledgement would end the newer timer in the index: it would then no longer be cancellable,
+ * and the index would disagree with the journal until a restart. */
+static void an_ack_never_ends_a_timer_put_or_requeued_while_its_handler_ran(void)
+{
+    chime__index_set_defaults(1024, 8, 0); /* every table of the index in a file */
+    fresh();
+    gate_reset();
+    rec.reply = hold_or_give_up;
+    struct chime_store_config cfg = { .runtime = { .workers = 4 } };
+    chime_store *s = open_store(&cfg);
+    uint64_t far = wall_ns() + 3600 * SEC;
+    CHECK_EQ(put(s, "put", "hold", 0), 0);
+    gate_wait_entered(1);
+    CHECK_EQ(put(s, "put", "newer", far), 0);
+    CHECK_EQ(put(s, "requeue", "give up", 0), 0);
+    wait_dead(s, 1);
+    CHECK_EQ(put(s, "requeue", "hold", 0), 0);
+    gate_wait_entered(2);
+    CHECK_EQ(chime_store_dead_requeue(s, "requeue", 7, far), 0);
+    CHECK_EQ(put(s, "plain", "ack me", 0), 0);
+    gate_open(); /* both held handlers return 0: their versions were replaced meanwhile */
+    recorder_wait(&rec, 4);
+    store_wait_handlers(s);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.acked, 3);
+    CHECK_EQ(st.pending, 2);
+    CHECK_EQ(cancel(s, "plain"), -ENOENT); /* acknowledged without a read: ended all the same */
+    CHECK_EQ(cancel(s, "put"), 0);
+    CHECK_EQ(cancel(s, "requeue"), 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    s = open_store(&cfg); /* the journal agrees: nothing is pending */
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    chime__index_set_defaults(0, 0, 0);
+}
+
 static int64_t retry_twice(struct recorder *r, const struct chime_fire *f)
 {
     (void)r;
@@ -312,6 +372,8 @@ static const struct tap_test tests[] = {
       a_put_while_the_handler_runs_fires_again_after_it_never_at_once },
     { "a_cancel_while_running_cancels_the_newer_put_only",
       a_cancel_while_running_cancels_the_newer_put_only },
+    { "an_ack_never_ends_a_timer_put_or_requeued_while_its_handler_ran",
+      an_ack_never_ends_a_timer_put_or_requeued_while_its_handler_ran },
     { "a_retry_fires_again_after_the_delay_with_attempt_plus_one",
       a_retry_fires_again_after_the_delay_with_attempt_plus_one },
     { "after_max_attempts_a_timer_goes_to_the_dead_letters",

@@ -202,12 +202,16 @@ struct chime__backend_ops {
     int (*fire)(struct chime__backend *b, struct chime__firing *f, size_t n);
 
     /*
-     * The handler of `ref` returned 0: remove the timer for good (D3), if it is still the key's pending
-     * version (a put made while it ran has replaced it: then nothing is written, and 0) and the fence
-     * is still valid (else -ESTALE: the node that owns it now fires it again).
+     * The handler of t->ref returned 0: remove the timer for good (D3), if it is still the key's
+     * pending version (a put made while it ran has replaced it: then nothing is written, and 0) and
+     * the fence is still valid (else -ESTALE: the node that owns it now fires it again). t carries
+     * the key and the due time the timer was put with.
+     * `current` is 1 when the logic knows the key's pending version is still t->ref: it recorded no
+     * put, cancel or requeue of the key since it took t's firing. A backend that is this process's
+     * alone (the journal) may then skip checking it; one shared by several processes must not.
      * Return: 0; -ESTALE; -EIO, -ENOSPC.
      */
-    int (*ack)(struct chime__backend *b, const void *key, size_t key_len, const struct chime__ref *ref);
+    int (*ack)(struct chime__backend *b, const struct chime__timer *t, int current);
 
     /*
      * Send t->ref to the dead letters (D3), replacing the key's dead letter if any, under the same

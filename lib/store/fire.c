@@ -163,7 +163,7 @@ static void finish(struct chime_store *s, struct hot *e, int64_t rc)
                               e->ref };
     int reused = 0;
     if (rc == 0) {
-        if (s->ops->ack(s->b, key, e->key_len, &e->ref) == 0)
+        if (s->ops->ack(s->b, &t, !e->superseded) == 0)
             atomic_fetch_add_explicit(&s->acked, 1, memory_order_relaxed);
     } else if (rc > 0 && e->attempt < s->cfg.max_attempts) {
         uint64_t now = s->wall(), due = now + (uint64_t)rc < now ? UINT64_MAX : now + (uint64_t)rc;
@@ -176,6 +176,7 @@ static void finish(struct chime_store *s, struct hot *e, int64_t rc)
             e->ref = res.ref;
             e->due_ns = due;
             e->wait_prev = 0;
+            e->superseded = 0; /* res.ref is the key's pending version now */
             reused = 1;
             chime__store_place(s, st, e, res.owned); /* no newer put exists: it would have won */
         }

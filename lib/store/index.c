@@ -3,10 +3,19 @@
  * The journal's key index (index.h): open-addressed tables, small ones in memory, large ones in
  * unnamed files read and written slot by slot.
  *
- * A slot is {hash lo, hash hi, version, due}; version 0 marks an empty slot. Deletion shifts the
- * following slots of the probe run back (no tombstones in normal operation), so a lookup stops at the
- * first empty slot. Only a rebuild leaves ended entries behind (ENDED bit in the version) until
- * chime__index_rebuild_done drops them.
+ * A slot is {hash lo, hash hi, version, due}; version 0 marks an empty slot, and a version with the
+ * ENDED bit an ended entry: its key has no entry (a lookup reads it as absent), but the slot stays
+ * occupied, so a lookup passes it and stops at the first empty slot only.
+ *
+ * DELETION. In a table in memory, deletion shifts the following slots of the probe run back, so it
+ * leaves no ended entry. In a file that would read the rest of the run (a pread, a microsecond or
+ * more of system call on the project's VM), so there the entry ends in place instead: one write into
+ * the batch, nothing read. With chime__index_find_live, which finds a key known to be present from
+ * the tags alone, an acknowledgement then makes no system call at all. An ended entry is taken back
+ * by its own key's next put, and the others go when the table next fills (3/4 of its slots, ended
+ * ones counted): reserve() rehashes it without them, at the same size unless what is left needs a
+ * larger one. A rebuild leaves ended entries too (a version that ended must not come back while the
+ * journal is read in any order); chime__index_rebuild_done drops them unless they are few.
  *
  * WHERE TABLES LIVE. A table of at most 512 KiB is anonymous memory: 32 stripes and two tables each
  * keep at most 32 MiB resident, and a store of up to about a quarter of a million keys never makes a
@@ -16,7 +25,7 @@
  * filter of the keys in the others, and a batch of writes not yet in the file, up to a 32nd of the
  * slots (index_table.c states their invariants). A lookup reads only slots whose tag is its key's: a
  * new key, the common put, is known absent, and where it goes, with no read; a key that is present
- * costs a 32-byte pread. Writes join the batch, which goes to the file sorted by slot, dense chunks
+ * costs a 32-byte pread, unless the caller knows it is (chime__index_find_live, DELETION). Writes join the batch, which goes to the file sorted by slot, dense chunks
  * read, patched and written whole, when it is full, or earlier when the journal's flusher thread
  * writes out every batch that is half full (chime__index_flush), so that a put rarely writes a batch
  * itself. reserve() makes room in the batch before a put appends its record, so the put's own index
@@ -60,7 +69,7 @@
 #define MIN_SLOTS 128u                     /* 4 KiB */
 #define MEM_MAX ((uint64_t)512 << 10)      /* bytes of a table kept in memory */
 #define BATCH 0u                           /* pending writes of a file table: 0 sizes them (index_table.c) */
-#define ENDED (UINT64_C(1) << 63)          /* rebuild only: this greatest version has ended */
+#define ENDED (UINT64_C(1) << 63)          /* this (greatest) version of the key has ended */
 #define PREFETCH_AHEAD 64                  /* entries a resize fetches the new slot of ahead */
 #define SPILL_OVER ((uint64_t)64 << 20)    /* a rebuild whose tables may take more bytes spills */
 #define SPILL_BLOCK 2048u                  /* slots a spill writes at a time (64 KiB) */
@@ -202,16 +211,20 @@ static int resize(struct chime__index *ix, table_t *t, uint64_t cap, int keep_en
     return 0;
 }
 
-/* Room for one more entry: at most 3/4 of the slots occupied, and (in a file) room for one more
- * pending write, so that the write after a put's append does no I/O. */
+/* Room for one more entry: at most 3/4 of the slots occupied (ended entries count), and (in a file)
+ * room for one more pending write, so that the write after a put's append does no I/O. Outside a
+ * rebuild, a table that is full rehashes without its ended entries, growing only if what is left
+ * would fill more than half of it. */
 static int reserve(struct chime__index *ix, table_t *t)
 {
     if (t->cap && (t->used + 1) * 4 <= t->cap * 3)
         return chime__itable_room(t, 1);
+    int keep_ended = ix->building;
+    uint64_t kept = keep_ended ? t->used : t->used - t->ended;
     uint64_t cap = t->cap ? t->cap : MIN_SLOTS;
-    while ((t->used + 1) * 2 > cap) /* grow so that it is at most half full */
+    while ((kept + 1) * 2 > cap) /* grow so that it is at most half full */
         cap *= 2;
-    return resize(ix, t, cap, 1);
+    return resize(ix, t, cap, keep_ended);
 }
 
 int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
@@ -266,6 +279,19 @@ int chime__index_find(struct chime__index *ix, enum chime__index_table t, const 
     return 0;
 }
 
+int chime__index_find_live(struct chime__index *ix, enum chime__index_table t,
+                           const struct chime__ikey *k, uint64_t version, uint64_t due,
+                           struct chime__islot *at)
+{
+    const table_t *tb = &ix->stripes[k->stripe].t[t];
+    uint64_t pos;
+    if (tb->cap && chime__itable_sole(tb, &k->h, &pos)) {
+        *at = (struct chime__islot){ pos, 1, 0, version, due };
+        return 0;
+    }
+    return chime__index_find(ix, t, k, at);
+}
+
 int chime__index_write(struct chime__index *ix, enum chime__index_table t,
                        const struct chime__ikey *k, const struct chime__islot *at, uint64_t version,
                        uint64_t due)
@@ -310,12 +336,32 @@ int chime__index_set(struct chime__index *ix, enum chime__index_table t, const s
     return 0;
 }
 
-/* Delete the entry s found at `hole` (see chime__index_del): backward-shift deletion over the probe
- * run after it (up to its first empty slot): later members of the run move into the hole, so that
- * every entry stays reachable from its home slot without passing an empty one. */
+/* The entry s at `pos` of a file table ends in place: it becomes an ended entry of its key (DELETION).
+ * An ended entry is left as it is. */
+static int end_at(struct chime__index *ix, enum chime__index_table t, table_t *tb, uint64_t pos,
+                  slot_t s)
+{
+    if (s.version & ENDED)
+        return 0;
+    s.version |= ENDED;
+    int err = chime__itable_write(tb, pos, 1, &s);
+    hint(ix, tb);
+    if (err)
+        return err;
+    atomic_fetch_sub_explicit(&ix->live[t], 1, memory_order_relaxed);
+    tb->ended++;
+    return 0;
+}
+
+/* Delete the entry s found at `hole` (see chime__index_del). In memory: backward-shift deletion over
+ * the probe run after it (up to its first empty slot): later members of the run move into the hole,
+ * so that every entry stays reachable from its home slot without passing an empty one. In a file:
+ * end_at, which reads nothing (DELETION). */
 static int del_at(struct chime__index *ix, enum chime__index_table t, table_t *tb, uint64_t hole,
                   slot_t s)
 {
+    if (tb->tags)
+        return end_at(ix, t, tb, hole, s);
     uint64_t mask = tb->cap - 1, len = 1 + chime__itable_run_after(tb, hole);
     slot_t stack[32], *run = len <= 32 ? stack : malloc(len * sizeof *run);
     if (!run)

@@ -11,7 +11,8 @@
  * empty and which might hold a key) and a batch of writes not yet in the file (index_table.c). That
  * is how 10^7 far timers cost the process little resident memory, and how a put of a new key, the
  * common case, makes no system call for the index: the tags say it is absent and where it goes, and
- * its slot is written later, in a batch. A lookup of a key that is present costs a 32-byte pread.
+ * its slot is written later, in a batch. A lookup of a key that is present costs a 32-byte pread
+ * (unless the caller knows it is present: chime__index_find_live), a deletion none.
  *
  * A key is named by its SipHash-2-4-128 under a key drawn at random at open (hash.c). Tables are
  * open-addressed with linear probing, 32 bytes a slot, at most 3/4 full, in 32 stripes by hash, each
@@ -74,6 +75,13 @@ int chime__index_find(struct chime__index *ix, enum chime__index_table t, const 
 int chime__index_write(struct chime__index *ix, enum chime__index_table t,
                        const struct chime__ikey *k, const struct chime__islot *at, uint64_t version,
                        uint64_t due);
+/* As chime__index_find for a key the caller knows holds the live entry {version, due} (the journal's
+ * acknowledgement of a timer the store's logic says nothing has replaced): in a file table, when only
+ * one slot of the key's probe run carries its tag, that slot is the key's, and it is found without
+ * reading the file; otherwise this is chime__index_find. Return: as chime__index_find. */
+int chime__index_find_live(struct chime__index *ix, enum chime__index_table t,
+                           const struct chime__ikey *k, uint64_t version, uint64_t due,
+                           struct chime__islot *at);
 /* Delete the entry chime__index_find found (at->found): one probe instead of two. */
 int chime__index_del_at(struct chime__index *ix, enum chime__index_table t,
                         const struct chime__ikey *k, const struct chime__islot *at);

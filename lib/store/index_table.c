@@ -23,7 +23,8 @@
  * probing: (1 + 1/(1 - load)^2) / 2 slots in all), so a new key reads with probability about 0.6 to
  * 2.9 % (each occupied slot matches with probability 1/255).
  *
- * A write (an insert, an overwrite, the shifts of a deletion) goes to pending and sets the tag.
+ * A write (an insert, an overwrite, a deletion, which ends the entry in place in a file table:
+ * index.c, DELETION) goes to pending and sets the tag.
  * A full batch is written out sorted by position, a 64 KiB chunk (2048 slots) at a time: a chunk
  * with 8 pending writes or more is read, patched and written whole (a pread and a pwrite of 64 KiB
  * cost about what seven 32-byte pwrites do, measured on the project's VM: 12 us against 1.8 us
@@ -375,6 +376,19 @@ int chime__itable_find(const struct chime__itable *t, const struct chime__hash *
             return 0;
         }
     }
+}
+
+int chime__itable_sole(const struct chime__itable *t, const struct chime__hash *h, uint64_t *pos)
+{
+    if (!t->tags)
+        return 0;
+    uint64_t mask = t->cap - 1;
+    uint8_t want = tag_of(h->hi);
+    int n = 0;
+    for (uint64_t i = h->lo & mask; t->tags[i]; i = (i + 1) & mask) /* T2: the run ends empty */
+        if (t->tags[i] == want && n++ == 0)
+            *pos = i;
+    return n == 1;
 }
 
 int chime__itable_maybe(const struct chime__itable *t, const struct chime__hash *h)

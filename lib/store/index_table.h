@@ -68,6 +68,9 @@ int chime__itable_room(struct chime__itable *t, uint32_t n);
  * unless a slot of its probe run shares its tag. Return: 0 or an I/O error. */
 int chime__itable_find(const struct chime__itable *t, const struct chime__hash *h, uint64_t *pos,
                        struct chime__islot_data *s);
+/* In a file table: 1 and *pos if exactly one slot of h's probe run carries h's tag, from the tags
+ * alone (no read); if h is in the table, it is there. 0 when none or several do, or in memory. */
+int chime__itable_sole(const struct chime__itable *t, const struct chime__hash *h, uint64_t *pos);
 /* Whether a slot of h's probe run has h's tag, h's own slot included (tests: a "maybe"). 0 for a
  * table in memory. */
 int chime__itable_maybe(const struct chime__itable *t, const struct chime__hash *h);

@@ -253,6 +253,8 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
     if (!err) {
         if (p)
             chime__store_drop(s, st, p);
+        if (r)
+            r->superseded = 1;
         if (!res.ref.version) {
             /* Deferred (backend.h, chime__put_result): the backend arms it once it is recorded. No
              * tomb: a load may hand over what the backend holds, the old version at worst, which
@@ -299,6 +301,8 @@ CHIME_API int chime_store_cancel(chime_store *s, const void *key, size_t key_len
     if (!err) {
         if (p)
             chime__store_drop(s, st, p);
+        if (r) /* it killed a newer put, which had marked r already; kept for clarity */
+            r->superseded = 1;
         int loading;
         chime__store_limit(s, &loading);
         if (loading)
@@ -377,6 +381,8 @@ CHIME_API int chime_store_dead_requeue(chime_store *s, const void *key, size_t k
     chime__store_find(q.st, q.hash, key, key_len, &q.pending, &q.running);
     struct chime__put_result res;
     err = s->ops->dead_requeue(s->b, key, key_len, due_ns, &res, requeued, &q, &ticket);
+    if (!err && q.running)
+        q.running->superseded = 1;
     pthread_mutex_unlock(&q.st->lock);
     return err ? err : durable(s, ticket);
 }

@@ -55,6 +55,9 @@ struct hot {
     uint8_t state;
     uint8_t detached;
     uint8_t wait_prev;     /* a previous firing of this key runs: hold when due */
+    uint8_t superseded;    /* FIRING, RUNNING: a put, cancel or requeue of the key was recorded
+                              since the firing was taken, so ref may no longer be its pending
+                              version (the ack says so to the backend: backend.h, ack) */
     uint16_t key_len;
     uint32_t payload_len;
     struct chime_store *s;

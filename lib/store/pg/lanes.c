@@ -307,15 +307,15 @@ int chime__pg_cancel(struct chime__backend *b, const void *key, size_t key_len, 
     return err;
 }
 
-int chime__pg_ack(struct chime__backend *b, const void *key, size_t key_len,
-                  const struct chime__ref *ref)
+int chime__pg_ack(struct chime__backend *b, const struct chime__timer *t, int current)
 {
-    struct pg_op *op = op_new(PG_OP_ACK, key, key_len, NULL, 0);
+    (void)current; /* other nodes may put the key: the database checks the version (backend.h) */
+    struct pg_op *op = op_new(PG_OP_ACK, t->key, t->key_len, NULL, 0);
     if (!op)
         return -ENOMEM;
-    op->shard = pg_fence_shard(ref->fence);
-    op->version = ref->version;
-    op->epoch = pg_fence_epoch(ref->fence);
+    op->shard = pg_fence_shard(t->ref.fence);
+    op->version = t->ref.version;
+    op->epoch = pg_fence_epoch(t->ref.fence);
     int err = enqueue(b, op, NULL); /* D3: not waited for; refused in the database if stale (P1) */
     if (err)
         op_release(op);

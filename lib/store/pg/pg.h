@@ -286,8 +286,7 @@ int chime__pg_put(struct chime__backend *b, const struct chime__put *p, struct c
 int chime__pg_cancel(struct chime__backend *b, const void *key, size_t key_len, uint64_t firing,
                      struct chime__ref *victim, uint64_t *ticket);
 int chime__pg_wait(struct chime__backend *b, uint64_t ticket);
-int chime__pg_ack(struct chime__backend *b, const void *key, size_t key_len,
-                  const struct chime__ref *ref);
+int chime__pg_ack(struct chime__backend *b, const struct chime__timer *t, int current);
 int chime__pg_bury(struct chime__backend *b, const struct chime__timer *t);
 int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key_len,
                            uint64_t due_ns, struct chime__put_result *res, chime__timer_fn *fn,
