@@ -61,49 +61,22 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "store/index_table.h"
+#include "store/index_impl.h"
 #include "store/lock.h"
 #include "store/spill.h"
 
-#define STRIPES 32
-#define MIN_SLOTS 128u                     /* 4 KiB */
 #define MEM_MAX ((uint64_t)512 << 10)      /* bytes of a table kept in memory */
 #define BATCH 0u                           /* pending writes of a file table: 0 sizes them (index_table.c) */
-#define ENDED (UINT64_C(1) << 63)          /* this (greatest) version of the key has ended */
 #define PREFETCH_AHEAD 64                  /* entries a resize fetches the new slot of ahead */
 #define SPILL_OVER ((uint64_t)64 << 20)    /* a rebuild whose tables may take more bytes spills */
 #define SPILL_BLOCK 2048u                  /* slots a spill writes at a time (64 KiB) */
 #define SPILL_BLOCK_TESTS 8u               /* the same when a test sets the threshold */
-
-typedef struct chime__islot_data slot_t;
-typedef struct chime__itable table_t;
-
-struct stripe {
-    pthread_mutex_t lock;
-    table_t t[2];
-    char pad[64];
-};
 
 /* What chime__index_open starts with (tests lower them for whole stores: chime__index_set_defaults). */
 static uint64_t default_mem_max = MEM_MAX;
 static uint32_t default_batch = BATCH;
 static uint64_t default_spill_over = SPILL_OVER;
 static uint32_t default_spill_block = SPILL_BLOCK;
-
-struct chime__index {
-    uint64_t k0, k1; /* the SipHash key */
-    int dir;
-    int building;    /* tables being filled by a rebuild stay in memory (REBUILDING) */
-    uint64_t mem_max; /* bytes of a table kept in memory (MEM_MAX; tests lower it) */
-    uint32_t batch;   /* pending writes of a file table (0: sized by the table; tests set it) */
-    uint64_t spill_over; /* SPILL_OVER; tests lower it */
-    uint32_t spill_block; /* SPILL_BLOCK; SPILL_BLOCK_TESTS when a test set spill_over */
-    struct chime__spill *spill; /* a rebuild's records, a bucket per table (REBUILDING), or NULL */
-    _Atomic uint64_t bytes;    /* of every table */
-    _Atomic uint64_t live[2];  /* entries not ended, per table */
-    _Atomic int flush_hint;    /* a file table holds half a batch of pending writes */
-    struct stripe stripes[STRIPES];
-};
 
 int chime__index_open(struct chime__index **out, int dir)
 {
@@ -165,14 +138,14 @@ void chime__index_unlock(struct chime__index *ix, const struct chime__ikey *k)
 }
 
 /* Whether a table of cap slots lives in a file (unless a rebuild is filling it). */
-static int belongs_in_file(const struct chime__index *ix, uint64_t cap)
+int chime__index_in_file(const struct chime__index *ix, uint64_t cap)
 {
     return !ix->building && cap * sizeof(slot_t) > ix->mem_max;
 }
 
 /* Rehash t into cap slots (built in memory), dropping ended entries unless keep_ended (during a
  * rebuild, an ended entry is information: that version must not come back). */
-static int resize(struct chime__index *ix, table_t *t, uint64_t cap, int keep_ended)
+int chime__index_resize(struct chime__index *ix, table_t *t, uint64_t cap, int keep_ended)
 {
     table_t n = CHIME__ITABLE_NONE;
     int err = chime__itable_make(&n, cap);
@@ -198,7 +171,7 @@ static int resize(struct chime__index *ix, table_t *t, uint64_t cap, int keep_en
             n.ended += (s->version & ENDED) != 0;
         }
     }
-    if (!err && belongs_in_file(ix, cap))
+    if (!err && chime__index_in_file(ix, cap))
         err = chime__itable_to_file(&n, ix->dir, ix->batch);
     if (err) {
         chime__itable_free(&n);
@@ -215,7 +188,7 @@ static int resize(struct chime__index *ix, table_t *t, uint64_t cap, int keep_en
  * room for one more pending write, so that the write after a put's append does no I/O. Outside a
  * rebuild, a table that is full rehashes without its ended entries, growing only if what is left
  * would fill more than half of it. */
-static int reserve(struct chime__index *ix, table_t *t)
+int chime__index_reserve_table(struct chime__index *ix, table_t *t)
 {
     if (t->cap && (t->used + 1) * 4 <= t->cap * 3)
         return chime__itable_room(t, 1);
@@ -224,13 +197,13 @@ static int reserve(struct chime__index *ix, table_t *t)
     uint64_t cap = t->cap ? t->cap : MIN_SLOTS;
     while ((kept + 1) * 2 > cap) /* grow so that it is at most half full */
         cap *= 2;
-    return resize(ix, t, cap, keep_ended);
+    return chime__index_resize(ix, t, cap, keep_ended);
 }
 
 int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
                          const struct chime__ikey *k)
 {
-    return reserve(ix, &ix->stripes[k->stripe].t[t]);
+    return chime__index_reserve_table(ix, &ix->stripes[k->stripe].t[t]);
 }
 
 /* ---- operations ---- */
@@ -314,7 +287,7 @@ int chime__index_set(struct chime__index *ix, enum chime__index_table t, const s
                      uint64_t version, uint64_t due)
 {
     table_t *tb = &ix->stripes[k->stripe].t[t];
-    int err = reserve(ix, tb);
+    int err = chime__index_reserve_table(ix, tb);
     uint64_t pos;
     slot_t s;
     if (!err)
@@ -416,178 +389,6 @@ int chime__index_del_at(struct chime__index *ix, enum chime__index_table t,
     if (!at->found)
         return 0;
     return del_at(ix, t, tb, at->pos, (slot_t){ k->h.lo, k->h.hi, at->version, at->due });
-}
-
-/* ---- rebuilding ---- */
-
-/* The spill's bucket of a stripe's table. */
-static unsigned bucket_of(unsigned stripe, unsigned table)
-{
-    return stripe * 2 + table;
-}
-
-/* The slots a table needs for n entries: at most three quarters full, the most reserve() lets it be. */
-static uint64_t cap_for(uint64_t n)
-{
-    uint64_t cap = MIN_SLOTS;
-    while (n * 4 > cap * 3)
-        cap *= 2;
-    return cap;
-}
-
-/* Grow tb now to hold n entries without growing again (a table grows as it is filled otherwise,
- * rehashing everything it holds each time it doubles). */
-static int presize_for(struct chime__index *ix, table_t *tb, uint64_t n)
-{
-    return tb->cap < cap_for(n) ? resize(ix, tb, cap_for(n), 1) : 0;
-}
-
-int chime__index_presize(struct chime__index *ix, uint64_t n)
-{
-    uint64_t per = n / STRIPES + 1;
-    /* The tables grow as they are built: spill them instead of holding them all. */
-    if (cap_for(per) * sizeof(slot_t) * STRIPES > ix->spill_over)
-        return ix->spill ? 0
-                         : chime__spill_open(&ix->spill, ix->dir, STRIPES * 2, sizeof(slot_t),
-                                             ix->spill_block);
-    for (int i = 0; i < STRIPES; i++) {
-        int err = presize_for(ix, &ix->stripes[i].t[CHIME__IX_PENDING], per);
-        if (err)
-            return err;
-    }
-    return 0;
-}
-
-/* One rebuild step: a put (kill 0) or an ending (kill 1) of `version` for k. The table is in
- * memory (building). */
-static int rebuild_one(struct chime__index *ix, const struct chime__rebuild_op *op)
-{
-    table_t *tb = &ix->stripes[op->k.stripe].t[op->table];
-    int err = reserve(ix, tb);
-    if (err)
-        return err;
-    uint64_t pos;
-    slot_t cur;
-    chime__itable_find(tb, &op->k.h, &pos, &cur); /* in memory: no error */
-    slot_t *s = &tb->slots[pos];
-    uint64_t known = s->version & ~ENDED;
-    if (s->version && (op->kill ? known > op->version : known >= op->version))
-        return 0; /* a greater version is known (or, for a put, this one): nothing changes */
-    int was_live = s->version && !(s->version & ENDED), was_ended = (s->version & ENDED) != 0;
-    if (s->version == 0)
-        tb->used++;
-    if (op->kill) {
-        /* The put may come later in the reading order: remember that this version has ended. */
-        *s = (slot_t){ op->k.h.lo, op->k.h.hi, op->version | ENDED, 0 };
-        tb->ended += !was_ended;
-        if (was_live)
-            atomic_fetch_sub_explicit(&ix->live[op->table], 1, memory_order_relaxed);
-    } else {
-        *s = (slot_t){ op->k.h.lo, op->k.h.hi, op->version, op->due };
-        tb->ended -= was_ended;
-        if (!was_live)
-            atomic_fetch_add_explicit(&ix->live[op->table], 1, memory_order_relaxed);
-    }
-    return 0;
-}
-
-/* Apply ops to the tables (in memory: building). */
-static int apply(struct chime__index *ix, const struct chime__rebuild_op *ops, size_t n)
-{
-    for (size_t i = 0; i < n; i++) { /* a hint only: a table that grows meanwhile moves its slots */
-        const table_t *tb = &ix->stripes[ops[i].k.stripe].t[ops[i].table];
-        if (tb->slots)
-            __builtin_prefetch(&tb->slots[ops[i].k.h.lo & (tb->cap - 1)], 1);
-    }
-    for (size_t i = 0; i < n; i++) {
-        int err = rebuild_one(ix, &ops[i]);
-        if (err)
-            return err;
-    }
-    return 0;
-}
-
-int chime__index_rebuild(struct chime__index *ix, const struct chime__rebuild_op *ops, size_t n)
-{
-    if (!ix->spill)
-        return apply(ix, ops, n);
-    for (size_t i = 0; i < n; i++) { /* a record of the spill is the slot the op would write */
-        slot_t rec = { ops[i].k.h.lo, ops[i].k.h.hi, ops[i].version | (ops[i].kill ? ENDED : 0),
-                       ops[i].due };
-        int err = chime__spill_add(ix->spill, bucket_of(ops[i].k.stripe, ops[i].table), &rec);
-        if (err)
-            return err;
-    }
-    return 0;
-}
-
-struct unspill {
-    struct chime__index *ix;
-    unsigned stripe, table;
-};
-
-/* chime__spill_fn: apply spilled records to their table, a batch at a time (apply fetches ahead). */
-static int unspill_some(void *ctx, const void *recs, size_t n)
-{
-    const struct unspill *u = ctx;
-    const slot_t *rec = recs;
-    struct chime__rebuild_op ops[64];
-    for (size_t i = 0; i < n;) {
-        size_t m = n - i < 64 ? n - i : 64;
-        for (size_t k = 0; k < m; k++, i++)
-            ops[k] = (struct chime__rebuild_op){
-                .k = { { rec[i].lo, rec[i].hi }, u->stripe },
-                .version = rec[i].version & ~ENDED,
-                .due = rec[i].due,
-                .table = (uint8_t)u->table,
-                .kill = (rec[i].version & ENDED) != 0,
-            };
-        int err = apply(u->ix, ops, m);
-        if (err)
-            return err;
-    }
-    return 0;
-}
-
-/* The end of a table's rebuild: drop what ended, or move it into its file if it belongs there. */
-static int finish(struct chime__index *ix, table_t *tb)
-{
-    if (tb->ended > tb->used / 4) { /* drop what ended, size the table for what is left */
-        uint64_t cap = MIN_SLOTS;
-        while ((tb->used - tb->ended + 1) * 2 > cap)
-            cap *= 2;
-        return resize(ix, tb, cap, 0);
-    }
-    if (tb->slots && belongs_in_file(ix, tb->cap))
-        return chime__itable_to_file(tb, ix->dir, ix->batch);
-    return 0;
-}
-
-int chime__index_rebuild_done(struct chime__index *ix)
-{
-    int err = 0;
-    for (unsigned i = 0; !err && i < STRIPES; i++)
-        for (unsigned t = 0; !err && t < 2; t++) {
-            if (ix->spill) { /* fill this table alone from its bucket, then finish it */
-                struct unspill u = { ix, i, t };
-                ix->building = 1;
-                /* Sized for half its bucket's records: a replaced key has three (its put, the
-                 * put that replaced it and that one's kill of it), a key put once one. Sized for
-                 * them all, the table would be twice too large for the usual journal, in memory
-                 * and in its file; too small, it grows once more, as it did before every time. */
-                err = presize_for(ix, &ix->stripes[i].t[t],
-                                  chime__spill_count(ix->spill, bucket_of(i, t)) / 2);
-                if (!err)
-                    err = chime__spill_read(ix->spill, bucket_of(i, t), unspill_some, &u);
-            }
-            ix->building = 0;
-            if (!err)
-                err = finish(ix, &ix->stripes[i].t[t]);
-        }
-    ix->building = 0;
-    chime__spill_free(ix->spill);
-    ix->spill = NULL;
-    return err;
 }
 
 uint64_t chime__index_count(const struct chime__index *ix, enum chime__index_table t)
