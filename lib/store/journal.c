@@ -399,6 +399,7 @@ static void free_journal(struct chime__backend *j)
         chime__run_unref(j->runs[i]);
     free(j->runs);
     free(j->used);
+    chime__journal_scratch_free(j);
     chime__index_free(j->ix);
     if (j->lock_fd >= 0)
         chime__io_close(j->lock_fd); /* releases the flock */
@@ -445,6 +446,7 @@ static int j_open(struct chime__backend **out, const struct chime_store_config *
     uint64_t first_segment = 1, next_version = 1;
     if (!err)
         err = chime__journal_replay(j, &first_segment, &next_version);
+    chime__journal_scratch_free(j); /* what replay's flushes kept (compact.c, SCRATCH) */
     if (!err) {
         j->sealed = j->flushed = first_segment - 1;
         struct chime__wal_config wc = {

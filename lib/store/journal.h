@@ -35,6 +35,18 @@
 #include "store/run.h"
 #include "store/wal.h"
 
+/* A buffer kept from one flush to the next (compact.c, SCRATCH). */
+struct chime__scratch_buf {
+    void *p;
+    size_t cap; /* bytes */
+};
+
+struct chime__flush_scratch {
+    struct chime__scratch_buf *segs; /* a buffer per segment read by one flush */
+    size_t nsegs;
+    struct chime__scratch_buf recs, order;
+};
+
 struct chime__backend {
     const struct chime_store_config *cfg;
     struct chime__sink sink;
@@ -64,6 +76,8 @@ struct chime__backend {
     _Atomic int index_asked;      /* the index's write batches want the flusher (compact.c) */
     _Atomic uint64_t backlog;     /* sealed segments not yet flushed (= sealed - flushed) */
     _Atomic uint64_t flushes, merges; /* statistics, for tests and benchmarks */
+
+    struct chime__flush_scratch scratch; /* the flusher's, or open's before it starts (SCRATCH) */
 };
 
 /* replay.c: recover the directory into j (runs, index, next version, segments flushed). On return
@@ -76,6 +90,9 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
  * bytes of segment first + i hold its records (all of it: UINT64_MAX; none, and it is not read: 0). */
 int chime__journal_flush_segments(struct chime__backend *j, uint64_t first, size_t count,
                                   const uint64_t *valid);
+/* Give back the buffers flushes keep from one to the next (compact.c, SCRATCH). Flusher thread, or
+ * while it does not run. */
+void chime__journal_scratch_free(struct chime__backend *j);
 int chime__journal_start_flusher(struct chime__backend *j);
 void chime__journal_stop_flusher(struct chime__backend *j);
 /* The log's sealed callback: note how much of the segment holds records, wake the flusher. */
