@@ -184,12 +184,17 @@ static void a_cancel_while_running_cancels_the_newer_put_only(void)
     CHECK_EQ(chime_store_close(s), 0);
 }
 
+static int payload_is(const struct chime_fire *f, const char *s)
+{
+    return f->payload_len == strlen(s) && memcmp(f->payload, s, f->payload_len) == 0;
+}
+
 /* "give up" goes to the dead letters, "hold" waits at the gate, anything else is acknowledged. */
 static int64_t hold_or_give_up(struct recorder *r, const struct chime_fire *f)
 {
-    if (strcmp((const char *)f->payload, "give up") == 0)
+    if (payload_is(f, "give up"))
         return CHIME_STORE_DEAD;
-    return strcmp((const char *)f->payload, "hold") == 0 ? gated(r, f) : 0;
+    return payload_is(f, "hold") ? gated(r, f) : 0;
 }
 
 static void wait_dead(chime_store *s, uint64_t n)
