@@ -11,6 +11,8 @@
  */
 #include "store_util.h"
 
+#include "store/index.h"
+
 static char *dir;
 static struct recorder rec;
 
@@ -97,6 +99,107 @@ static void far_timers_load_when_the_clock_brings_them_within_the_horizon(void)
     store_wait_idle(s);
     CHECK_EQ(recorder_count(&rec), 29);
     CHECK_EQ(chime_store_close(s), 0);
+}
+
+/* A load that stops when it hands over key K, until the test lets it go on (found in review: a put
+ * made in that moment could fire and leave the table before the load installed the version it had
+ * read, which then fired a second time with its old payload). */
+static const struct chime__backend_ops *real_ops;
+static struct chime__backend_ops paused_ops;
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int armed, reached, go;
+} pause_at_k = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 };
+
+struct forward {
+    chime__timer_fn *fn;
+    void *ctx;
+};
+
+static int hand_over_pausing(void *ctx, const struct chime__timer *t)
+{
+    struct forward *f = ctx;
+    pthread_mutex_lock(&pause_at_k.lock);
+    if (pause_at_k.armed && t->key_len == 1 && memcmp(t->key, "K", 1) == 0) {
+        pause_at_k.armed = 0;
+        pause_at_k.reached = 1;
+        pthread_cond_broadcast(&pause_at_k.cond);
+        while (!pause_at_k.go)
+            pthread_cond_wait(&pause_at_k.cond, &pause_at_k.lock);
+    }
+    pthread_mutex_unlock(&pause_at_k.lock);
+    return f->fn(f->ctx, t);
+}
+
+static int load_pausing(struct chime__backend *b, uint64_t from, uint64_t until, chime__timer_fn *fn,
+                        void *ctx)
+{
+    struct forward f = { fn, ctx };
+    return real_ops->load(b, from, until, hand_over_pausing, &f);
+}
+
+static void a_load_does_not_bring_back_a_version_replaced_and_acknowledged_while_it_ran(void)
+{
+    fresh();
+    chime__index_set_defaults(1024, 8, 0); /* the index in files: the acknowledgement reads nothing */
+    real_ops = &chime__journal_ops;
+    paused_ops = chime__journal_ops;
+    paused_ops.load = load_pausing;
+    chime__store_set_backend(&paused_ops);
+    chime_store *s = open_fake(60 * SEC);
+    chime__store_set_backend(NULL);
+    uint64_t loaded = atomic_load(&s->loaded);
+    CHECK_EQ(chime_store_put(s, "K", 1, "old", 3, loaded + SEC), 0); /* on disk: the next load's */
+    CHECK_EQ(chime_store_put(s, "Z", 1, "z", 1, loaded + 2 * SEC), 0);
+    CHECK_EQ(chime_store_put(s, "far", 3, "f", 1, fake_wall() + 86400 * SEC), 0);
+    char key[16];
+    for (int i = 0; i < 300; i++) { /* the next load's too, cancelled while it runs */
+        int n = snprintf(key, sizeof key, "x%d", i);
+        CHECK_EQ(chime_store_put(s, key, (size_t)n, "x", 1, loaded + SEC + (uint64_t)i), 0);
+    }
+    pthread_mutex_lock(&pause_at_k.lock);
+    pause_at_k.armed = 1;
+    pause_at_k.reached = pause_at_k.go = 0;
+    pthread_mutex_unlock(&pause_at_k.lock);
+    fake_step(s, (int64_t)(20 * SEC)); /* the keeper loads the next granule: K "old" and Z */
+    pthread_mutex_lock(&pause_at_k.lock);
+    while (!pause_at_k.reached)
+        pthread_cond_wait(&pause_at_k.cond, &pause_at_k.lock);
+    pthread_mutex_unlock(&pause_at_k.lock);
+    for (int i = 0; i < 300; i++) { /* tombs enough to grow their table a few times */
+        int n = snprintf(key, sizeof key, "x%d", i);
+        CHECK_EQ(chime_store_cancel(s, key, (size_t)n), 0);
+    }
+    /* The load has read K "old". K is put again, due now: it fires and is acknowledged. */
+    CHECK_EQ(chime_store_put(s, "K", 1, "new", 3, fake_wall()), 0);
+    recorder_wait_key(&rec, "K", 1, NULL);
+    store_wait_handlers(s);
+    pthread_mutex_lock(&pause_at_k.lock);
+    pause_at_k.go = 1;
+    pthread_cond_broadcast(&pause_at_k.cond);
+    pthread_mutex_unlock(&pause_at_k.lock);
+    chime__store_settle(s); /* the load has installed what it read, but for K */
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.loaded, 1); /* Z alone: neither K "old" nor a cancelled x came back */
+    CHECK_EQ(st.pending, 2); /* Z and far */
+    fake_step(s, (int64_t)(120 * SEC)); /* K "old" would be due now, as Z is */
+    recorder_wait_key(&rec, "Z", 1, NULL);
+    store_wait_handlers(s);
+    CHECK_EQ(recorder_count_key(&rec, "K"), 1);
+    CHECK_EQ(recorder_count(&rec), 2); /* K "new" and Z */
+    struct firing f;
+    memset(&f, 0, sizeof f);
+    CHECK(recorder_last(&rec, "K", &f) && strcmp(f.payload, "new") == 0, "K fired %s", f.payload);
+    CHECK_EQ(chime_store_cancel(s, "K", 1), -ENOENT);
+    CHECK_EQ(chime_store_cancel(s, "far", 3), 0); /* the index is exact: nothing else ended */
+    CHECK_EQ(chime_store_close(s), 0);
+    s = open_fake(60 * SEC); /* the journal agrees */
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    chime__index_set_defaults(0, 0, 0);
 }
 
 static void a_restart_after_the_clock_moved_on_fires_what_is_overdue(void)
@@ -208,6 +311,8 @@ static const struct tap_test tests[] = {
       far_timers_load_when_the_clock_brings_them_within_the_horizon },
     { "a_restart_after_the_clock_moved_on_fires_what_is_overdue",
       a_restart_after_the_clock_moved_on_fires_what_is_overdue },
+    { "a_load_does_not_bring_back_a_version_replaced_and_acknowledged_while_it_ran",
+      a_load_does_not_bring_back_a_version_replaced_and_acknowledged_while_it_ran },
     { "a_waiting_handler_starts_when_the_clock_steps_past_its_due_time",
       a_waiting_handler_starts_when_the_clock_steps_past_its_due_time },
     { "a_firing_is_recorded_the_lead_before_its_due_time_and_not_before",

@@ -13,8 +13,10 @@
  *      seals its log, so the read covers every record appended before that point);
  *   2. a put or cancel records its change in the backend first, then reads loading_until: if the
  *      load has begun, the change may be missing from the read, so the put counts L' as its boundary
- *      (due before L': loaded by the put itself), and a change that leaves the key not loaded (a put
- *      due later, a cancel) notes the key as a tomb; if it has not begun, the change is in the read;
+ *      (due before L': loaded by the put itself), and every change notes the key as a tomb (a put
+ *      loaded by itself too: it may fire, be acknowledged and leave the table before the load
+ *      installs the older version it read, which would then fire again; found in review); if the
+ *      load has not begun, the change is in the read;
  *   3. installing a timer the read returned (under the key's stripe lock) skips keys with a tomb and
  *      keys the table holds at that version or newer;
  *   4. the keeper publishes L = L', clears loading_until (release: a put that reads 0 then sees L')
@@ -60,30 +62,60 @@ uint64_t chime__store_limit(struct chime_store *s, int *loading)
     return until > loaded ? until : loaded;
 }
 
+/* Room for one more tomb: the table doubles once it holds as many tombs as chains, so a lookup
+ * walks about one (a list walked for every timer a load installs cost O(tombs) each); as the hot
+ * table's grow() in store.c, a failed doubling only leaves longer chains. load_lock held.
+ * Return: 0; -ENOMEM if there is no table at all. */
+static int tomb_room(struct chime_store *s)
+{
+    if (s->tomb_count < s->tomb_buckets)
+        return 0;
+    size_t n = s->tomb_buckets ? s->tomb_buckets * 2 : 64;
+    struct tomb **b = calloc(n, sizeof *b);
+    if (!b)
+        return s->tomb_buckets ? 0 : -ENOMEM;
+    for (size_t i = 0; i < s->tomb_buckets; i++)
+        for (struct tomb *t = s->tombs[i], *next; t; t = next) {
+            next = t->next;
+            t->next = b[t->hash & (n - 1)];
+            b[t->hash & (n - 1)] = t;
+        }
+    free(s->tombs);
+    s->tombs = b;
+    s->tomb_buckets = n;
+    return 0;
+}
+
 void chime__store_tomb(struct chime_store *s, const void *key, size_t key_len)
 {
+    uint64_t hash = chime__store_hash(s, key, key_len);
     struct tomb *t = malloc(sizeof *t + key_len);
     pthread_mutex_lock(&s->load_lock);
-    if (atomic_load_explicit(&s->loading_until, memory_order_relaxed) == 0 || !t) {
-        pthread_mutex_unlock(&s->load_lock); /* the load ended meanwhile: no tomb needed */
+    int loading = atomic_load_explicit(&s->loading_until, memory_order_relaxed) != 0;
+    if (!loading || !t || tomb_room(s) != 0) {
+        pthread_mutex_unlock(&s->load_lock); /* no load runs any more: no tomb needed */
         free(t);
-        if (!t && atomic_load_explicit(&s->loading_until, memory_order_relaxed))
+        if (loading)
             chime__store_fail(s, -ENOMEM); /* cannot keep the load exact: stop firing */
         return;
     }
+    t->hash = hash;
     t->key_len = (uint16_t)key_len;
     memcpy(t->key, key, key_len);
-    t->next = s->tombs;
-    s->tombs = t;
+    t->next = s->tombs[hash & (s->tomb_buckets - 1)];
+    s->tombs[hash & (s->tomb_buckets - 1)] = t;
+    s->tomb_count++;
     pthread_mutex_unlock(&s->load_lock);
 }
 
 int chime__store_tombstoned(struct chime_store *s, const void *key, size_t key_len)
 {
+    uint64_t hash = chime__store_hash(s, key, key_len);
     pthread_mutex_lock(&s->load_lock);
     int found = 0;
-    for (struct tomb *t = s->tombs; t && !found; t = t->next)
-        found = t->key_len == key_len && memcmp(t->key, key, key_len) == 0;
+    for (struct tomb *t = s->tomb_buckets ? s->tombs[hash & (s->tomb_buckets - 1)] : NULL;
+         t && !found; t = t->next)
+        found = t->hash == hash && t->key_len == key_len && memcmp(t->key, key, key_len) == 0;
     pthread_mutex_unlock(&s->load_lock);
     return found;
 }
@@ -109,14 +141,17 @@ static int load(struct chime_store *s, uint64_t from, uint64_t until)
     pthread_mutex_lock(&s->load_lock); /* step 4 */
     atomic_store_explicit(&s->loaded, until, memory_order_release);
     atomic_store_explicit(&s->loading_until, 0, memory_order_release);
-    struct tomb *t = s->tombs;
+    struct tomb **tombs = s->tombs;
+    size_t buckets = s->tomb_buckets;
     s->tombs = NULL;
+    s->tomb_buckets = s->tomb_count = 0;
     pthread_mutex_unlock(&s->load_lock);
-    while (t) {
-        struct tomb *next = t->next;
-        free(t);
-        t = next;
-    }
+    for (size_t i = 0; i < buckets; i++)
+        for (struct tomb *t = tombs[i], *next; t; t = next) {
+            next = t->next;
+            free(t);
+        }
+    free(tombs);
     if (err)
         chime__store_fail(s, err);
     return err;

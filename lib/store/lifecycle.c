@@ -34,6 +34,13 @@ void chime__store_set_clock(uint64_t (*now)(void))
     test_clock = now; /* tests set it before opening a store, from the thread that opens it */
 }
 
+static const struct chime__backend_ops *test_backend;
+
+void chime__store_set_backend(const struct chime__backend_ops *ops)
+{
+    test_backend = ops; /* as test_clock: set before opening, from the thread that opens */
+}
+
 /* ---- the sink: the backend's calls into the logic ---- */
 
 static void sink_arm(void *ctx, const struct chime__timer *t)
@@ -177,7 +184,7 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
             err = -ENOMEM;
     }
     s->sink = (struct chime__sink){ s, sink_arm, sink_revoke, sink_failed };
-    s->ops = chime__backend_for(&s->cfg);
+    s->ops = test_backend ? test_backend : chime__backend_for(&s->cfg);
     if (!err) { /* first: a second opener fails on the directory's lock before any thread starts */
         err = s->ops->open(&s->b, &s->cfg, &s->sink);
         if (err)

@@ -172,21 +172,21 @@ void chime__store_install(struct chime_store *s, struct hot_stripe *st, uint64_t
 
 /*
  * After the backend recorded a put (a user's, a retry, a requeue) of `e`'s key: keep e in the table
- * and arm it if this process fires it and it is due within what is loaded; otherwise it waits on disk
- * (and, during a load, its key is noted so that the load does not resurrect the version it replaced).
- * Consumes e. Stripe locked.
+ * and arm it if this process fires it and it is due within what is loaded; otherwise it waits on disk.
+ * During a load its key is noted either way, so that the load does not resurrect the version it
+ * replaced (keeper.c, LOADING 2). Consumes e. Stripe locked.
  */
 static void place(struct chime_store *s, struct hot_stripe *st, struct hot *e, int owned)
 {
     int loading;
     uint64_t limit = chime__store_limit(s, &loading);
+    if (loading)
+        chime__store_tomb(s, e->data, e->key_len);
     if (owned && e->due_ns < limit) {
         chime__store_insert(s, st, e);
         chime__store_arm(s, e);
         return;
     }
-    if (loading)
-        chime__store_tomb(s, e->data, e->key_len);
     free(e);
 }
 
@@ -273,7 +273,7 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
             e->wait_prev = r != NULL;
             place(s, st, e, res.owned);
         } else if (loading && res.ref.version) {
-            chime__store_tomb(s, key, key_len); /* as place does for a far timer */
+            chime__store_tomb(s, key, key_len); /* as place does */
         }
     }
     pthread_mutex_unlock(&st->lock);

@@ -74,9 +74,10 @@ struct hot_stripe {
     char pad[32];
 };
 
-/* A key that changed while a load ran (see keeper.c). */
+/* A key that changed while a load ran (see keeper.c), in a chain of the tombs' hash table. */
 struct tomb {
     struct tomb *next;
+    uint64_t hash;         /* chime__store_hash of the key */
     uint16_t key_len;
     unsigned char key[];
 };
@@ -97,7 +98,8 @@ struct chime_store {
     pthread_mutex_t load_lock;     /* tombs, and the keeper's sleep */
     _Atomic uint64_t loaded;       /* every owned timer due before it is in the table */
     _Atomic uint64_t loading_until; /* a load to here runs (0: none) */
-    struct tomb *tombs;
+    struct tomb **tombs;           /* by hash: tomb_buckets chains (a power of two), or NULL */
+    size_t tomb_buckets, tomb_count;
     pthread_t keeper;
     int keeper_started;
     int event_fd, clock_fd;        /* wake-ups of the keeper: close or a clock step; the clock */
@@ -182,6 +184,9 @@ void chime__store_sweep(struct chime_store *s, int mode);
  * telling a store that its clock stepped (as the kernel tells it about CLOCK_REALTIME). */
 void chime__store_set_clock(uint64_t (*now)(void));
 void chime__store_clock_stepped(chime_store *s);
+/* Test hook: the backend stores opened afterwards use (NULL: the one their config asks for), so that
+ * a test can wrap one of the journal's operations. */
+void chime__store_set_backend(const struct chime__backend_ops *ops);
 /* Wait until the keeper has finished any load begun before the call (tests). */
 void chime__store_settle(chime_store *s);
 
