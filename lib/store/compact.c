@@ -189,17 +189,20 @@ static int replace_runs(struct chime__backend *j, size_t first, size_t count, st
 }
 
 /* b holding at least `bytes`, its contents kept if `keep` (grown to twice its size at least, as a
- * growing array is). Return: 0; -ENOMEM (b unchanged). */
+ * growing array is; otherwise the old buffer goes first, so that both are never held at once).
+ * Return: 0; -ENOMEM (b then holds what it held if keep, nothing otherwise). */
 static int scratch_room(struct chime__scratch_buf *b, size_t bytes, int keep)
 {
     if (b->cap >= bytes)
         return 0;
+    if (!keep) {
+        free(b->p);
+        *b = (struct chime__scratch_buf){ NULL, 0 };
+    }
     size_t cap = keep && b->cap * 2 > bytes ? b->cap * 2 : bytes;
-    void *p = keep ? realloc(b->p, cap) : malloc(cap);
+    void *p = realloc(b->p, cap);
     if (!p)
         return -ENOMEM;
-    if (!keep)
-        free(b->p);
     b->p = p;
     b->cap = cap;
     return 0;

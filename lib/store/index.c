@@ -25,11 +25,11 @@
  * filter of the keys in the others, and a batch of writes not yet in the file, up to a 32nd of the
  * slots (index_table.c states their invariants). A lookup reads only slots whose tag is its key's: a
  * new key, the common put, is known absent, and where it goes, with no read; a key that is present
- * costs a 32-byte pread, unless the caller knows it is (chime__index_find_live, DELETION). Writes join the batch, which goes to the file sorted by slot, dense chunks
- * read, patched and written whole, when it is full, or earlier when the journal's flusher thread
- * writes out every batch that is half full (chime__index_flush), so that a put rarely writes a batch
- * itself. reserve() makes room in the batch before a put appends its record, so the put's own index
- * write never does I/O.
+ * costs a 32-byte pread, unless the caller knows it is (chime__index_find_live, DELETION). Writes
+ * join the batch, which goes to the file sorted by slot, dense chunks read, patched and written
+ * whole, when it is full, or earlier when the journal's flusher thread writes out every batch that
+ * is half full (chime__index_flush), so that a put rarely writes a batch itself. reserve() makes room
+ * in the batch before a put appends its record, so the put's own index write never does I/O.
  * (A shared mapping of the file was tried first: every read fault maps the 16 pages around it, so a
  * few thousand random lookups made the whole table resident again between two madvise(DONTNEED)s.)
  *
