@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/grow.h"
 #include "store/io.h"
 #include "store/journal.h"
 #include "store/merge.h"
@@ -188,24 +189,16 @@ static int replace_runs(struct chime__backend *j, size_t first, size_t count, st
     return 0;
 }
 
-/* b holding at least `bytes`, its contents kept if `keep` (grown to twice its size at least, as a
- * growing array is; otherwise the old buffer goes first, so that both are never held at once).
- * Return: 0; -ENOMEM (b then holds what it held if keep, nothing otherwise). */
-static int scratch_room(struct chime__scratch_buf *b, size_t bytes, int keep)
+/* b holding at least `bytes`, its contents not kept: a buffer too small goes before its replacement
+ * is allocated, so that both are never held at once. Return: 0; -ENOMEM (b then holds nothing). */
+static int scratch_room(struct chime__scratch_buf *b, size_t bytes)
 {
     if (b->cap >= bytes)
         return 0;
-    if (!keep) {
-        free(b->p);
-        *b = (struct chime__scratch_buf){ NULL, 0 };
-    }
-    size_t cap = keep && b->cap * 2 > bytes ? b->cap * 2 : bytes;
-    void *p = realloc(b->p, cap);
-    if (!p)
-        return -ENOMEM;
-    b->p = p;
-    b->cap = cap;
-    return 0;
+    free(b->p);
+    b->p = malloc(bytes);
+    b->cap = b->p ? bytes : 0;
+    return b->p ? 0 : -ENOMEM;
 }
 
 void chime__journal_scratch_free(struct chime__backend *j)
@@ -214,9 +207,9 @@ void chime__journal_scratch_free(struct chime__backend *j)
     for (size_t i = 0; i < s->nsegs; i++)
         free(s->segs[i].p);
     free(s->segs);
-    free(s->recs.p);
+    free(s->recs);
     free(s->order.p);
-    *s = (struct chime__flush_scratch){ NULL, 0, { NULL, 0 }, { NULL, 0 } };
+    *s = (struct chime__flush_scratch){ NULL, 0, NULL, 0, { NULL, 0 } };
 }
 
 /* Buffers for `count` segments. Return: 0; -ENOMEM. */
@@ -234,12 +227,13 @@ static int scratch_segments(struct chime__flush_scratch *s, size_t count)
     return 0;
 }
 
-/* Append r, flattened, to the records in b (n of them). */
-static int flatten_into(struct chime__scratch_buf *b, size_t *n, const struct chime__rec *r)
+/* Append r, flattened (up to 3 records), to the n records of s. */
+static int flatten_into(struct chime__flush_scratch *s, size_t *n, const struct chime__rec *r)
 {
-    int err = scratch_room(b, (*n + 3) * sizeof(struct chime__rec), 1);
+    /* room for one more beyond n + 2: for n + 3 (doubling always suffices, by 3 at a time) */
+    int err = chime__grow((void **)&s->recs, &s->recs_cap, *n + 2, sizeof *s->recs);
     if (!err)
-        *n += (size_t)chime__rec_flatten(r, (struct chime__rec *)b->p + *n);
+        *n += (size_t)chime__rec_flatten(r, s->recs + *n);
     return err;
 }
 
@@ -255,7 +249,7 @@ static int slurp(int dir, const char *name, uint64_t want, struct chime__scratch
     if (!err && *size > want)
         *size = want;
     if (!err)
-        err = scratch_room(b, *size ? *size : 1, 0);
+        err = scratch_room(b, *size ? *size : 1);
     if (!err) {
         ssize_t got = chime__io_pread(fd, b->p, *size, 0);
         if (got < 0)
@@ -268,9 +262,10 @@ static int slurp(int dir, const char *name, uint64_t want, struct chime__scratch
 }
 
 /* Decode a segment's records (its first `valid` bytes, where records end; UINT64_MAX: not known,
- * up to its zeros) into recs, flattened; raise *next_version. buf holds its first `size` bytes. */
+ * up to its zeros) into the n records of s, flattened; raise *next_version. buf holds its first
+ * `size` bytes. */
 static int gather(uint64_t number, const unsigned char *buf, uint64_t size, uint64_t valid,
-                  struct chime__scratch_buf *recs, size_t *n, uint64_t *next_version)
+                  struct chime__flush_scratch *s, size_t *n, uint64_t *next_version)
 {
     struct chime__file_header h;
     if (size < CHIME__FILE_HEADER || chime__header_decode(buf, &h) || h.run || h.lo != number)
@@ -304,7 +299,7 @@ static int gather(uint64_t number, const unsigned char *buf, uint64_t size, uint
         }
         if (r.version >= *next_version)
             *next_version = r.version + 1;
-        int err = flatten_into(recs, n, &r);
+        int err = flatten_into(s, n, &r);
         if (err)
             return err;
         off += len;
@@ -328,14 +323,13 @@ int chime__journal_flush_segments(struct chime__backend *j, uint64_t first, size
         chime__wal_name(name, first + i);
         err = slurp(j->dir, name, valid[i], &scratch->segs[i], &size);
         if (!err)
-            err = gather(first + i, scratch->segs[i].p, size, valid[i], &scratch->recs, &n,
-                         &next_version);
+            err = gather(first + i, scratch->segs[i].p, size, valid[i], scratch, &n, &next_version);
     }
     struct chime__run *run = NULL;
     if (!err)
-        err = scratch_room(&scratch->order, (n ? n : 1) * sizeof *order, 0);
+        err = scratch_room(&scratch->order, (n ? n : 1) * sizeof *order);
     if (!err) {
-        recs = scratch->recs.p;
+        recs = scratch->recs;
         order = scratch->order.p;
         for (size_t i = 0; i < n; i++)
             order[i] = &recs[i];

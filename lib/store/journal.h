@@ -44,7 +44,9 @@ struct chime__scratch_buf {
 struct chime__flush_scratch {
     struct chime__scratch_buf *segs; /* a buffer per segment read by one flush */
     size_t nsegs;
-    struct chime__scratch_buf recs, order;
+    struct chime__rec *recs;         /* the segments' records, flattened (grow.h) */
+    size_t recs_cap;
+    struct chime__scratch_buf order;
 };
 
 struct chime__backend {
