@@ -133,6 +133,16 @@ static void wait_for_seq(struct chime__backend *b, struct pg_lane *l, uint64_t s
     }
 }
 
+/* Queue an operation whose maker keeps no hold on it once queued (its caller may still wait on a
+ * put's ticket, as a holder the lane counted); a refused one is released here. Return: as enqueue. */
+static int enqueue_or_release(struct chime__backend *b, struct pg_op *op)
+{
+    int err = enqueue(b, op, NULL);
+    if (err)
+        op_release(op);
+    return err;
+}
+
 static void wake_op(struct pg_op *op)
 {
     syscall(SYS_futex, &op->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
@@ -272,9 +282,7 @@ int chime__pg_put(struct chime__backend *b, const struct chime__put *p, struct c
     if (!p->if_version) { /* deferred: the version is the database's (backend.h) */
         bool waited = b->cfg->sync == CHIME_SYNC_EACH; /* the logic waits for this ticket */
         op->waited = waited;
-        int err = enqueue(b, op, NULL); /* not waited for: the lane may free op at once */
-        if (err)
-            op_release(op);
+        int err = enqueue_or_release(b, op); /* unless waited, the lane may free op at once */
         *ticket = !err && waited ? (uint64_t)(uintptr_t)op : 0;
         return err;
     }
@@ -316,10 +324,7 @@ int chime__pg_ack(struct chime__backend *b, const struct chime__timer *t, int cu
     op->shard = pg_fence_shard(t->ref.fence);
     op->version = t->ref.version;
     op->epoch = pg_fence_epoch(t->ref.fence);
-    int err = enqueue(b, op, NULL); /* D3: not waited for; refused in the database if stale (P1) */
-    if (err)
-        op_release(op);
-    return err;
+    return enqueue_or_release(b, op); /* D3: not waited for; refused in the database if stale (P1) */
 }
 
 int chime__pg_bury(struct chime__backend *b, const struct chime__timer *t)
@@ -332,10 +337,7 @@ int chime__pg_bury(struct chime__backend *b, const struct chime__timer *t)
     op->epoch = pg_fence_epoch(t->ref.fence);
     op->due = t->due_ns > DUE_MAX ? DUE_MAX : t->due_ns;
     op->attempt = t->attempt;
-    int err = enqueue(b, op, NULL);
-    if (err)
-        op_release(op);
-    return err;
+    return enqueue_or_release(b, op);
 }
 
 int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key_len,
