@@ -86,9 +86,8 @@ static int tomb_room(struct chime_store *s)
     return 0;
 }
 
-void chime__store_tomb(struct chime_store *s, const void *key, size_t key_len)
+void chime__store_tomb(struct chime_store *s, uint64_t hash, const void *key, size_t key_len)
 {
-    uint64_t hash = chime__store_hash(s, key, key_len);
     struct tomb *t = malloc(sizeof *t + key_len);
     pthread_mutex_lock(&s->load_lock);
     int loading = atomic_load_explicit(&s->loading_until, memory_order_relaxed) != 0;
@@ -108,9 +107,8 @@ void chime__store_tomb(struct chime_store *s, const void *key, size_t key_len)
     pthread_mutex_unlock(&s->load_lock);
 }
 
-int chime__store_tombstoned(struct chime_store *s, const void *key, size_t key_len)
+int chime__store_tombstoned(struct chime_store *s, uint64_t hash, const void *key, size_t key_len)
 {
-    uint64_t hash = chime__store_hash(s, key, key_len);
     pthread_mutex_lock(&s->load_lock);
     int found = 0;
     for (struct tomb *t = s->tomb_buckets ? s->tombs[hash & (s->tomb_buckets - 1)] : NULL;

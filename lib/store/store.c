@@ -145,7 +145,7 @@ void chime__store_install(struct chime_store *s, struct hot_stripe *st, uint64_t
     chime__store_find(st, hash, t->key, t->key_len, &p, &r);
     if ((p && chime__ref_at_least(&p->ref, &t->ref)) || (r && chime__ref_at_least(&r->ref, &t->ref)))
         return; /* the table holds this timer (under this fence) or a newer one */
-    if (check_tombs && chime__store_tombstoned(s, t->key, t->key_len))
+    if (check_tombs && chime__store_tombstoned(s, hash, t->key, t->key_len))
         return; /* changed while the load ran: the change is what counts (keeper.c) */
     if (t->attempt >= s->cfg.max_attempts) {
         /* A restart found its last allowed firing unacknowledged: it goes to the dead letters. */
@@ -181,7 +181,7 @@ static void place(struct chime_store *s, struct hot_stripe *st, struct hot *e, i
     int loading;
     uint64_t limit = chime__store_limit(s, &loading);
     if (loading)
-        chime__store_tomb(s, e->data, e->key_len);
+        chime__store_tomb(s, e->hash, e->data, e->key_len);
     if (owned && e->due_ns < limit) {
         chime__store_insert(s, st, e);
         chime__store_arm(s, e);
@@ -273,7 +273,7 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
             e->wait_prev = r != NULL;
             place(s, st, e, res.owned);
         } else if (loading && res.ref.version) {
-            chime__store_tomb(s, key, key_len); /* as place does */
+            chime__store_tomb(s, hash, key, key_len); /* as place does */
         }
     }
     pthread_mutex_unlock(&st->lock);
@@ -306,7 +306,7 @@ CHIME_API int chime_store_cancel(chime_store *s, const void *key, size_t key_len
         int loading;
         chime__store_limit(s, &loading);
         if (loading)
-            chime__store_tomb(s, key, key_len);
+            chime__store_tomb(s, hash, key, key_len);
     }
     pthread_mutex_unlock(&st->lock);
     return err ? err : durable(s, ticket);

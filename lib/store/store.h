@@ -169,8 +169,10 @@ int chime__store_in_handler(const struct chime_store *s);
 uint64_t chime__store_wall(void);
 /* The boundary a put must use: due before it means "load it now" (and note it during a load). */
 uint64_t chime__store_limit(struct chime_store *s, int *loading);
-void chime__store_tomb(struct chime_store *s, const void *key, size_t key_len); /* stripe locked */
-int chime__store_tombstoned(struct chime_store *s, const void *key, size_t key_len);
+/* Note that key (hash: chime__store_hash of it) changed while a load runs; stripe locked. Whether a
+ * load's key was noted. */
+void chime__store_tomb(struct chime_store *s, uint64_t hash, const void *key, size_t key_len);
+int chime__store_tombstoned(struct chime_store *s, uint64_t hash, const void *key, size_t key_len);
 int chime__store_first_load(struct chime_store *s);
 int chime__store_start_keeper(struct chime_store *s);
 void chime__store_stop_keeper(struct chime_store *s);
