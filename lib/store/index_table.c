@@ -378,29 +378,29 @@ int chime__itable_find(const struct chime__itable *t, const struct chime__hash *
     }
 }
 
-int chime__itable_sole(const struct chime__itable *t, const struct chime__hash *h, uint64_t *pos)
+/* In a file table: how many slots of h's probe run carry h's tag (T2: the run ends at the first
+ * empty tag), and in *pos the first of them; 0 in memory. */
+static uint64_t tag_matches(const struct chime__itable *t, const struct chime__hash *h, uint64_t *pos)
 {
     if (!t->tags)
         return 0;
-    uint64_t mask = t->cap - 1;
+    uint64_t mask = t->cap - 1, n = 0;
     uint8_t want = tag_of(h->hi);
-    int n = 0;
-    for (uint64_t i = h->lo & mask; t->tags[i]; i = (i + 1) & mask) /* T2: the run ends empty */
+    for (uint64_t i = h->lo & mask; t->tags[i]; i = (i + 1) & mask)
         if (t->tags[i] == want && n++ == 0)
             *pos = i;
-    return n == 1;
+    return n;
+}
+
+int chime__itable_sole(const struct chime__itable *t, const struct chime__hash *h, uint64_t *pos)
+{
+    return tag_matches(t, h, pos) == 1;
 }
 
 int chime__itable_maybe(const struct chime__itable *t, const struct chime__hash *h)
 {
-    if (!t->tags)
-        return 0;
-    uint64_t mask = t->cap - 1;
-    uint8_t want = tag_of(h->hi);
-    for (uint64_t i = h->lo & mask; t->tags[i]; i = (i + 1) & mask)
-        if (t->tags[i] == want)
-            return 1;
-    return 0;
+    uint64_t pos;
+    return tag_matches(t, h, &pos) != 0;
 }
 
 uint64_t chime__itable_run_after(const struct chime__itable *t, uint64_t pos)
