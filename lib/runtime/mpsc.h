@@ -41,17 +41,24 @@ struct chime__mpsc {
     _Alignas(64) _Atomic uint32_t head;
     size_t stride, link_at;
     char *base;
-    /* The consumer's end and the stub, on the consumer's own line. */
+    /* The consumer's end and the stub, on the consumer's own line, with its own copy of where the
+     * nodes are: were the consumer to read the producers' copy at every pop, that line would be
+     * shared whenever a producer's exchange came, and every push would wait for it to come back. */
     _Alignas(64) uint32_t tail;
     _Atomic uint32_t stub_link;
+    size_t c_stride, c_link_at;
+    char *c_base;
 };
+_Static_assert(offsetof(struct chime__mpsc, tail) / 64 != offsetof(struct chime__mpsc, head) / 64 &&
+               offsetof(struct chime__mpsc, c_base) / 64 == offsetof(struct chime__mpsc, tail) / 64,
+               "the consumer's fields share no line with the producers' exchange");
 
 /* Make an empty queue over nodes at base + i * stride, each with its link at offset link_at. */
 static inline void chime__mpsc_init(struct chime__mpsc *q, void *base, size_t stride, size_t link_at)
 {
-    q->base = base;
-    q->stride = stride;
-    q->link_at = link_at;
+    q->base = q->c_base = base;
+    q->stride = q->c_stride = stride;
+    q->link_at = q->c_link_at = link_at;
     atomic_init(&q->stub_link, CHIME__MPSC_NIL);
     atomic_init(&q->head, CHIME__MPSC_STUB);
     q->tail = CHIME__MPSC_STUB;
@@ -62,6 +69,14 @@ static inline _Atomic uint32_t *chime__mpsc_link(struct chime__mpsc *q, uint32_t
     if (n == CHIME__MPSC_STUB)
         return &q->stub_link;
     return (_Atomic uint32_t *)(q->base + (size_t)n * q->stride + q->link_at);
+}
+
+/* The same, from the consumer's copy. */
+static inline _Atomic uint32_t *chime__mpsc_clink(struct chime__mpsc *q, uint32_t n)
+{
+    if (n == CHIME__MPSC_STUB)
+        return &q->stub_link;
+    return (_Atomic uint32_t *)(q->c_base + (size_t)n * q->c_stride + q->c_link_at);
 }
 
 /* A push is these two halves; between them the list is cut (see the top). Apart for the tests,
@@ -105,13 +120,13 @@ static inline uint32_t chime__mpsc_pop(struct chime__mpsc *q)
 {
     uint32_t tail = q->tail;
     /* acquire: pairs with the release store of the link in chime__mpsc_push. */
-    uint32_t next = atomic_load_explicit(chime__mpsc_link(q, tail), memory_order_acquire);
+    uint32_t next = atomic_load_explicit(chime__mpsc_clink(q, tail), memory_order_acquire);
     if (tail == CHIME__MPSC_STUB) {
         if (next == CHIME__MPSC_NIL)
             return CHIME__MPSC_NIL;
         q->tail = next; /* step over the stub */
         tail = next;
-        next = atomic_load_explicit(chime__mpsc_link(q, tail), memory_order_acquire); /* as above */
+        next = atomic_load_explicit(chime__mpsc_clink(q, tail), memory_order_acquire); /* as above */
     }
     if (next != CHIME__MPSC_NIL) {
         q->tail = next;
@@ -123,7 +138,7 @@ static inline uint32_t chime__mpsc_pop(struct chime__mpsc *q)
     if (atomic_load_explicit(&q->head, memory_order_acquire) != tail)
         return CHIME__MPSC_NIL;
     chime__mpsc_push(q, CHIME__MPSC_STUB);
-    next = atomic_load_explicit(chime__mpsc_link(q, tail), memory_order_acquire); /* as above */
+    next = atomic_load_explicit(chime__mpsc_clink(q, tail), memory_order_acquire); /* as above */
     if (next != CHIME__MPSC_NIL) {
         q->tail = next;
         return tail;
