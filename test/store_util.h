@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "chime.h"
+#include "store/index.h"
 #include "store/io.h"
 #include "store/store.h"
 #include "tap.h"
@@ -385,6 +386,7 @@ static inline int store_tests_run(const struct tap_test *tests, int n, char **di
                                   struct recorder *rec, uint64_t (*clock)(void))
 {
     recorder_init(rec, clock);
+    chime__index_verify_live(1); /* an acknowledgement's promise that its timer is current, checked */
     int rc = tap_run(tests, n);
     if (*dir) {
         tmpdir_remove(*dir);

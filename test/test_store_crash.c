@@ -375,5 +375,6 @@ static const struct tap_test tests[] = {
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    chime__index_verify_live(1); /* the children's acknowledgements' promises, checked */
     return tap_run(tests, 1);
 }

@@ -125,6 +125,11 @@ void chime__index_set_write_batch(struct chime__index *ix, uint32_t n);
  * set also makes the spill write blocks of 8 records, so that a small rebuild goes through its
  * file); set while no store is open. */
 void chime__index_set_defaults(uint64_t mem_max, uint32_t batch, uint64_t spill_over);
+/* Tests: when on, chime__index_find_live also looks the key up the reading way whenever it trusts
+ * its caller, and aborts with a message if the caller's promise was wrong (the key's live entry is
+ * not {version, due} at the slot the tags chose). The promise comes from the store's logic; a wrong
+ * one would end another timer, or place a KILL where its PUT is not, silently. */
+void chime__index_verify_live(int on);
 /* Tests: a rebuild spills when its tables may take more than `bytes` (64 MiB otherwise), in blocks
  * of 8 records; before chime__index_presize. */
 void chime__index_set_spill_over(struct chime__index *ix, uint64_t bytes);
