@@ -97,14 +97,7 @@ void chime__journal_sealed(void *ctx, uint64_t segment, uint64_t used)
     if (segment > j->sealed) {
         j->sealed = segment;
         set_backlog(j);
-        if (j->nused == j->cused) {
-            size_t c = j->cused ? j->cused * 2 : 16;
-            uint64_t (*grown)[2] = realloc(j->used, c * sizeof *grown);
-            if (grown) {
-                j->used = grown;
-                j->cused = c;
-            }
-        }
+        (void)chime__grow((void **)&j->used, &j->cused, j->nused, sizeof *j->used);
         if (j->nused < j->cused) { /* else the flusher reads the whole preallocated file */
             j->used[j->nused][0] = segment;
             j->used[j->nused++][1] = used;
@@ -166,15 +159,9 @@ static int replace_runs(struct chime__backend *j, size_t first, size_t count, st
     if (count && !gone)
         return -ENOMEM;
     pthread_mutex_lock(&j->runs_lock);
-    if (count == 0 && j->nruns == j->cruns) {
-        size_t c = j->cruns ? j->cruns * 2 : 8;
-        struct chime__run **grown = realloc(j->runs, c * sizeof *grown);
-        if (!grown) {
-            pthread_mutex_unlock(&j->runs_lock);
-            return -ENOMEM;
-        }
-        j->runs = grown;
-        j->cruns = c;
+    if (count == 0 && chime__grow((void **)&j->runs, &j->cruns, j->nruns, sizeof *j->runs)) {
+        pthread_mutex_unlock(&j->runs_lock);
+        return -ENOMEM;
     }
     if (count)
         memcpy(gone, j->runs + first, count * sizeof *gone);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Growing a malloc'ed array by doubling: the store's lists of files, runs and ranges. */
+/* Growing a malloc'ed array by doubling: the store's lists of files, runs, sealed segments, a run's
+ * marks, a spill's blocks and a flush's records. */
 #ifndef CHIME_STORE_GROW_H
 #define CHIME_STORE_GROW_H
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "store/grow.h"
 #include "store/io.h"
 
 #define WRITE_CHUNK (256u << 10) /* bytes buffered before a write */
@@ -56,14 +57,9 @@ static int account(struct chime__run *r, const struct chime__rec *rec, uint64_t 
     }
     if (r->nmarks && off - *last_mark < MARK_EVERY)
         return 0;
-    if (r->nmarks == r->cmarks) {
-        size_t c = r->cmarks ? r->cmarks * 2 : 16;
-        struct chime__mark *m = realloc(r->marks, c * sizeof *m);
-        if (!m)
-            return -ENOMEM;
-        r->marks = m;
-        r->cmarks = c;
-    }
+    int err = chime__grow((void **)&r->marks, &r->cmarks, r->nmarks, sizeof *r->marks);
+    if (err)
+        return err;
     r->marks[r->nmarks++] = (struct chime__mark){ rec->due, off };
     *last_mark = off;
     return 0;

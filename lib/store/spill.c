@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/grow.h"
 #include "store/io.h"
 
 struct bucket {
@@ -71,21 +72,16 @@ void chime__spill_free(struct chime__spill *s)
 /* Append b's full buffer to the file as a block. */
 static int write_block(struct chime__spill *s, struct bucket *b)
 {
-    if (b->nblocks == b->cblocks) {
-        size_t c = b->cblocks ? b->cblocks * 2 : 16;
-        uint64_t *g = realloc(b->blocks, c * sizeof *g);
-        if (!g)
-            return -ENOMEM;
-        b->blocks = g;
-        b->cblocks = c;
-    }
+    int err = chime__grow((void **)&b->blocks, &b->cblocks, b->nblocks, sizeof *b->blocks);
+    if (err)
+        return err;
     if (s->fd < 0) {
         int fd = chime__io_tmpfile(s->dir);
         if (fd < 0)
             return fd;
         s->fd = fd;
     }
-    int err = chime__io_pwrite(s->fd, b->buf, s->block, s->end);
+    err = chime__io_pwrite(s->fd, b->buf, s->block, s->end);
     if (err)
         return err;
     b->blocks[b->nblocks++] = s->end;
