@@ -21,6 +21,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "futex.h"
+
 struct chime__sleeper {
     _Alignas(64) _Atomic uint64_t sleep_until; /* 0: awake; else when it wakes (UINT64_MAX: never) */
     _Atomic uint32_t wake_seq;                 /* the futex word wakers bump */
@@ -31,13 +33,6 @@ static inline void chime__sleeper_init(struct chime__sleeper *s)
     atomic_init(&s->sleep_until, 0);
     atomic_init(&s->wake_seq, 0);
 }
-
-/* Wake every thread waiting on word. */
-void chime__futex_wake_all(_Atomic uint32_t *word);
-
-/* Wait while *word == seen, until deadline_ns on CLOCK_MONOTONIC (UINT64_MAX: no timeout). It may
- * return early: every caller checks again what it waits for. */
-void chime__futex_wait(_Atomic uint32_t *word, uint32_t seen, uint64_t deadline_ns);
 
 /* The slow half of chime__sleeper_wake_before: swap sleep_until (seen as `seen`) to 0 and wake. */
 void chime__sleeper_wake(struct chime__sleeper *s, uint64_t when_ns, uint64_t seen);

@@ -1,12 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Waiting for a group commit without the log's lock (waiters.h). */
-#define _GNU_SOURCE /* syscall */
 #include "store/waiters.h"
 
-#include <limits.h>
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include "futex.h"
 
 static void wake(struct chime__waiters *w, int p)
 {
@@ -14,7 +10,7 @@ static void wake(struct chime__waiters *w, int p)
      * the bump, then the load of sleepers; pairs with the waiter's seq_cst increment and load. */
     atomic_fetch_add_explicit(&w->parity[p].word, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&w->parity[p].sleepers, memory_order_seq_cst))
-        syscall(SYS_futex, &w->parity[p].word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+        chime__futex_wake_all(&w->parity[p].word);
 }
 
 void chime__waiters_commit(struct chime__waiters *w, uint64_t n, uint64_t end)
@@ -52,7 +48,7 @@ int chime__waiters_wait(struct chime__waiters *w, uint64_t lsn)
         int slept = atomic_load_explicit(&w->durable, memory_order_seq_cst) < lsn &&
                     !atomic_load_explicit(&w->failed, memory_order_seq_cst);
         if (slept)
-            syscall(SYS_futex, &w->parity[p].word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+            chime__futex_wait(&w->parity[p].word, seen, UINT64_MAX);
         /* relaxed: a writer that still counts us wakes nobody in vain but costs a system call. */
         atomic_fetch_sub_explicit(&w->parity[p].sleepers, 1, memory_order_relaxed);
         /* relaxed: a statistic. (A futex_wait that found the word bumped already did not sleep.) */

@@ -48,13 +48,11 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <linux/futex.h>
-#include <limits.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "futex.h"
 #include "store/hash.h"
 #include "store/pg/lane.h"
 #include "store/pg/statements.h"
@@ -129,7 +127,7 @@ static void wait_for_seq(struct chime__backend *b, struct pg_lane *l, uint64_t s
         if (atomic_load_explicit(&l->committed, memory_order_acquire) >= seq ||
             chime__pg_error(b) || atomic_load_explicit(&l->closed, memory_order_acquire))
             return;
-        syscall(SYS_futex, &l->commits, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+        chime__futex_wait(&l->commits, seen, UINT64_MAX);
     }
 }
 
@@ -145,7 +143,7 @@ static int enqueue_or_release(struct chime__backend *b, struct pg_op *op)
 
 static void wake_op(struct pg_op *op)
 {
-    syscall(SYS_futex, &op->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    chime__futex_wake(&op->done, 1);
 }
 
 /* Sleep until the lane settles op (every queued op is settled, even when the store fails), then
@@ -154,7 +152,7 @@ static void wait_for_op(struct pg_op *op)
 {
     /* acquire: pairs with the lane's release store of done (op's status, wakes and refs) */
     while (!atomic_load_explicit(&op->done, memory_order_acquire))
-        syscall(SYS_futex, &op->done, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+        chime__futex_wait(&op->done, 0, UINT64_MAX);
     for (int i = 0; i < 2; i++) {
         if (op->wakes[i]) {
             wake_op(op->wakes[i]);
@@ -196,7 +194,7 @@ static void settle(struct pg_op **batch, size_t n, int err)
 static void wake_all(struct pg_lane *l)
 {
     atomic_fetch_add_explicit(&l->commits, 1, memory_order_release); /* pairs with wait_for_seq */
-    syscall(SYS_futex, &l->commits, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    chime__futex_wake_all(&l->commits);
 }
 
 /* Queue op and wait for its result. Return: its status, or the queue's refusal; op is still the
