@@ -8,6 +8,7 @@
  * disk or after a crash, at which a key has two pending timers or a replaced one lost its successor.
  * With CHIME_SYNC_EACH the caller then waits for the group commit, with the stripe unlocked.
  */
+#define _GNU_SOURCE /* pthread_condattr_setclock */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -423,12 +424,17 @@ static int j_open(struct chime__backend **out, const struct chime_store_config *
     j->dir = j->lock_fd = -1;
     pthread_mutex_init(&j->lock, NULL);
     pthread_mutex_init(&j->runs_lock, NULL);
-    pthread_cond_init(&j->work, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the flusher's idle wait (compact.c, SCRATCH) */
+    pthread_cond_init(&j->work, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&j->done, NULL);
     atomic_init(&j->flushes, 0);
     atomic_init(&j->backlog, 0);
     atomic_init(&j->error_seen, 0);
     atomic_init(&j->merges, 0);
+    atomic_init(&j->scratch_frees, 0);
 
     int err = chime__io_mkdir(cfg->path);
     if (!err) /* every open: an earlier one may have crashed between its mkdir and this sync */

@@ -80,6 +80,7 @@ struct chime__backend {
     _Atomic uint64_t flushes, merges; /* statistics, for tests and benchmarks */
 
     struct chime__flush_scratch scratch; /* the flusher's, or open's before it starts (SCRATCH) */
+    _Atomic uint64_t scratch_frees;      /* times the flusher gave them back once idle (tests) */
 };
 
 /* replay.c: recover the directory into j (runs, index, next version, segments flushed). On return
