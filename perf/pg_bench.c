@@ -269,9 +269,9 @@ static double fire_ack_rate(const char *conninfo, double put_rate)
         struct timespec ts = { 0, 1000000 };
         nanosleep(&ts, NULL);
     }
-    /* the logic's counter, read directly (chime_store_stats makes the housekeeper count the
-     * database's pending keys: not something to run in a loop while measuring) */
-    while (atomic_load_explicit(&s->acked, memory_order_relaxed) < fire_n) {
+    /* the logic's counts alone (chime__store_tally: chime_store_stats makes the housekeeper count
+     * the database's pending keys, not something to run in a loop while measuring) */
+    for (struct chime_store_stats t; chime__store_tally(s, &t), t.acked < fire_n;) {
         struct timespec ts = { 0, 200000 };
         nanosleep(&ts, NULL);
     }
@@ -335,11 +335,13 @@ static void takeover(const char *conninfo)
         nanosleep(&ts, NULL);
     }
     /* B in its steady state: its takeover of the half A gave it is read (a takeover queues behind
-     * a load). The logic's own count, read directly (chime_store_stats would make the housekeeper
+     * a load). The logic's own count, chime__store_tally (chime_store_stats would make the housekeeper
      * count every pending key in the database meanwhile), until it has not moved for 2 s. */
     uint64_t seen = 0, still_since = now_ns(CLOCK_MONOTONIC);
     for (;;) {
-        uint64_t n = atomic_load_explicit(&b->in_table, memory_order_relaxed);
+        struct chime_store_stats t;
+        chime__store_tally(b, &t);
+        uint64_t n = t.loaded;
         if (n != seen) {
             seen = n;
             still_since = now_ns(CLOCK_MONOTONIC);

@@ -146,10 +146,35 @@ void chime__store_due(void *arg)
 /* The key's pending firing, held back while this one ran, may go. Stripe locked. */
 static void release_successor(struct chime_store *s, struct hot_stripe *st, struct hot *e)
 {
+    if (!e->waited_for)
+        return; /* no pending entry of the key waits for e: no lookup (a walk of cache misses) */
     struct hot *p, *r;
     chime__store_find(st, e->hash, e->data, e->key_len, &p, &r);
     if (p && p->wait_prev)
         chime__store_release_held(s, p);
+}
+
+/*
+ * A handler ended (finished, or abandoned unstarted): count it out of `running`, the last thing the
+ * caller does with the store. Close waits, under dlock, until running is 0, and then frees the
+ * store; so the decrement to 0 is made under dlock, by a caller that then wakes close and is done
+ * when it unlocks. The others decrement without the lock: one compare-and-swap, no lock shared
+ * with the dispatcher at every acknowledgement.
+ */
+static void handler_ended(struct chime_store *s)
+{
+    /* relaxed: the compare-and-swap checks it */
+    uint64_t n = atomic_load_explicit(&s->running, memory_order_relaxed);
+    /* release, each decrement: close's acquire load of 0 then follows every earlier decrement and
+     * what its caller did before it (the decrements are one release sequence of RMWs). */
+    while (n > 1)
+        if (atomic_compare_exchange_weak_explicit(&s->running, &n, n - 1, memory_order_release,
+                                                  memory_order_relaxed))
+            return;
+    pthread_mutex_lock(&s->dlock);
+    if (atomic_fetch_sub_explicit(&s->running, 1, memory_order_release) == 1) /* as above */
+        pthread_cond_broadcast(&s->didle);
+    pthread_mutex_unlock(&s->dlock);
 }
 
 /* Record what the handler of e returned. */
@@ -158,13 +183,13 @@ static void finish(struct chime_store *s, struct hot *e, int64_t rc)
     struct hot_stripe *st = chime__store_stripe(s, e->hash);
     const void *key = e->data, *payload = e->data + e->key_len;
     pthread_mutex_lock(&st->lock);
-    chime__store_unlink(s, st, e);
+    chime__store_unlink(st, e);
     struct chime__timer t = { key, e->key_len, payload, e->payload_len, e->due_ns, e->attempt,
                               e->ref };
     int reused = 0;
     if (rc == 0) {
         if (s->ops->ack(s->b, &t, !e->superseded) == 0)
-            atomic_fetch_add_explicit(&s->acked, 1, memory_order_relaxed);
+            st->acked++;
     } else if (rc > 0 && e->attempt < s->cfg.max_attempts) {
         uint64_t now = s->wall(), due = now + (uint64_t)rc < now ? UINT64_MAX : now + (uint64_t)rc;
         struct chime__put put = { key, e->key_len, payload, e->payload_len, due, e->attempt,
@@ -172,28 +197,25 @@ static void finish(struct chime_store *s, struct hot *e, int64_t rc)
         struct chime__put_result res;
         uint64_t ticket; /* a retry, like an ack, is not waited for (D3) */
         if (s->ops->put(s->b, &put, &res, &ticket) == 0) {
-            atomic_fetch_add_explicit(&s->retried, 1, memory_order_relaxed);
+            st->retried++;
             e->ref = res.ref;
             e->due_ns = due;
             e->wait_prev = 0;
+            e->waited_for = 0; /* a newer put, the only thing that waits for e, would have won */
             e->superseded = 0; /* res.ref is the key's pending version now */
             reused = 1;
             chime__store_place(s, st, e, res.owned); /* no newer put exists: it would have won */
         }
     } else {
         if (s->ops->bury(s->b, &t) == 0)
-            atomic_fetch_add_explicit(&s->buried, 1, memory_order_relaxed);
+            st->buried++;
     }
     if (!reused) {
         release_successor(s, st, e);
         free(e);
     }
     pthread_mutex_unlock(&st->lock);
-    pthread_mutex_lock(&s->dlock);
-    /* The last handler to finish wakes a close waiting for them (it waits under dlock). */
-    if (atomic_fetch_sub_explicit(&s->running, 1, memory_order_relaxed) == 1)
-        pthread_cond_broadcast(&s->didle);
-    pthread_mutex_unlock(&s->dlock);
+    handler_ended(s);
 }
 
 /* A recorded firing whose handler will not start now (the store closes before its due time, or the
@@ -203,14 +225,11 @@ void chime__store_abandon(struct chime_store *s, struct hot *e)
 {
     struct hot_stripe *st = chime__store_stripe(s, e->hash);
     pthread_mutex_lock(&st->lock);
-    chime__store_unlink(s, st, e);
+    chime__store_unlink(st, e);
     release_successor(s, st, e);
     pthread_mutex_unlock(&st->lock);
     free(e);
-    pthread_mutex_lock(&s->dlock);
-    if (atomic_fetch_sub_explicit(&s->running, 1, memory_order_relaxed) == 1)
-        pthread_cond_broadcast(&s->didle); /* as in finish */
-    pthread_mutex_unlock(&s->dlock);
+    handler_ended(s);
 }
 
 static void run_handler(void *arg);
@@ -294,7 +313,7 @@ static void fire_batch(struct chime_store *s, struct hot **batch, size_t n)
         struct hot_stripe *st = chime__store_stripe(s, e->hash);
         pthread_mutex_lock(&st->lock);
         if (f[i].status != 0) { /* no longer ours to fire (another node's backend said so) */
-            chime__store_unlink(s, st, e);
+            chime__store_unlink(st, e);
             release_successor(s, st, e);
             pthread_mutex_unlock(&st->lock);
             free(e);
@@ -302,8 +321,8 @@ static void fire_batch(struct chime_store *s, struct hot **batch, size_t n)
         }
         e->state = HOT_RUNNING;
         e->attempt = f[i].attempt;
-        atomic_fetch_add_explicit(&s->running, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->fired, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->running, 1, memory_order_relaxed); /* see handler_ended */
+        st->fired++;
         /* The handler starts at the due time (LEAD), or at once if that has passed. */
         int refused = schedule_handler(s, e);
         pthread_mutex_unlock(&st->lock);
@@ -411,7 +430,8 @@ void chime__store_stop_dispatcher(struct chime_store *s)
     /* A handler waiting for a wall clock that stepped back would keep close waiting: take it back. */
     chime__store_sweep(s, CHIME__SWEEP_CLOSE);
     pthread_mutex_lock(&s->dlock);
-    while (atomic_load_explicit(&s->running, memory_order_relaxed)) /* decremented under dlock */
+    /* acquire: pairs with handler_ended's release decrements; 0 is only ever made under dlock. */
+    while (atomic_load_explicit(&s->running, memory_order_acquire))
         pthread_cond_wait(&s->didle, &s->dlock);
     pthread_mutex_unlock(&s->dlock);
 }

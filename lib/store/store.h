@@ -44,6 +44,8 @@ enum hot_state { HOT_ARMED, HOT_HELD, HOT_QUEUED, HOT_FIRING, HOT_RUNNING };
 
 struct hot {
     struct hot *next;      /* in the stripe's chain */
+    struct hot **pprev;    /* what points at it there (a bucket, or the previous entry's next), so
+                              that it leaves the chain without a walk; NULL: not in the table */
     struct hot *qnext;     /* in the dispatcher's queue */
     uint64_t hash;
     struct chime__ref ref;
@@ -55,6 +57,8 @@ struct hot {
     uint8_t state;
     uint8_t detached;
     uint8_t wait_prev;     /* a previous firing of this key runs: hold when due */
+    uint8_t waited_for;    /* FIRING, RUNNING: a pending entry of the key was given wait_prev for
+                              it (chime__store_wait_for), so its end must look for it */
     uint8_t superseded;    /* FIRING, RUNNING: a put, cancel or requeue of the key was recorded
                               since the firing was taken, so ref may no longer be its pending
                               version (the ack says so to the backend: backend.h, ack) */
@@ -67,11 +71,14 @@ struct hot {
 #define HOT_STRIPES 64
 
 struct hot_stripe {
-    pthread_mutex_t lock;
+    _Alignas(64) pthread_mutex_t lock;
     struct hot **buckets;
     size_t nbuckets;       /* a power of two */
-    size_t count;
-    char pad[32];
+    size_t count;          /* entries: timers loaded (chime_store_stats' `loaded`) */
+    /* chime_store_stats' counts of what happened to this stripe's timers, kept here under its lock
+     * so that the thread that fires and the ones that finish share no counter (one shared atomic
+     * per timer and thread was a cache line crossing cores at every firing and acknowledgement). */
+    uint64_t fired, acked, retried, buried;
 };
 
 /* A key that changed while a load ran (see keeper.c), in a chain of the tombs' hash table. */
@@ -120,10 +127,10 @@ struct chime_store {
     uint64_t tokens_at;            /* CLOCK_MONOTONIC when last refilled */
     struct chime__lead lead;       /* how long before its due time a firing is recorded (lead.h) */
 
-    _Atomic uint64_t running;      /* handlers dispatched and not finished */
-    _Atomic uint64_t in_table;
-    _Atomic uint64_t fired, acked, retried, buried;
-    _Atomic int error;             /* sticky: -EIO, -ENOSPC */
+    /* Handlers dispatched and not finished: only the decrement to 0 takes dlock (fire.c,
+     * handler_ended); on its own line, since the dispatcher and the finishers both change it. */
+    _Alignas(64) _Atomic uint64_t running;
+    _Alignas(64) _Atomic int error;             /* sticky: -EIO, -ENOSPC */
     _Atomic int closing;
 };
 
@@ -135,8 +142,22 @@ void chime__store_find(struct hot_stripe *st, uint64_t hash, const void *key, si
                        struct hot **pending, struct hot **running);
 struct hot *chime__store_entry(struct chime_store *s, uint64_t hash, const void *key, size_t key_len,
                                const void *payload, size_t payload_len);
-void chime__store_insert(struct chime_store *s, struct hot_stripe *st, struct hot *e);
-void chime__store_unlink(struct chime_store *s, struct hot_stripe *st, struct hot *e);
+/* Put e in its stripe's chain; take it out (O(1): through e->pprev, no walk; nothing if it is not
+ * in the table). With the stripe locked. */
+void chime__store_insert(struct hot_stripe *st, struct hot *e);
+void chime__store_unlink(struct hot_stripe *st, struct hot *e);
+/* e, a new pending entry of a key whose firing `running` runs (or NULL: none), is held until that
+ * firing ends; the running entry notes that its end must release it. With the stripe locked. */
+static inline void chime__store_wait_for(struct hot *e, struct hot *running)
+{
+    e->wait_prev = running != NULL;
+    if (running)
+        running->waited_for = 1;
+}
+/* chime_store_stats' counts of the table (loaded, fired, acked, retried, buried) and nothing else
+ * (the rest zero): no call to the backend, whose own counts may cost a query. Any thread; locks each
+ * stripe in turn. */
+void chime__store_tally(const struct chime_store *s, struct chime_store_stats *out);
 /* Take a pending entry out (cancelled, replaced): it is freed now, or by whoever holds it. */
 void chime__store_drop(struct chime_store *s, struct hot_stripe *st, struct hot *e);
 void chime__store_free_entry(struct hot *e);
