@@ -387,6 +387,7 @@ static inline int store_tests_run(const struct tap_test *tests, int n, char **di
 {
     recorder_init(rec, clock);
     chime__index_verify_live(1); /* an acknowledgement's promise that its timer is current, checked */
+    chime__store_check_on_close(1); /* the table of loaded timers, checked at every close */
     int rc = tap_run(tests, n);
     if (*dir) {
         tmpdir_remove(*dir);

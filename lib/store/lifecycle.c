@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE /* pthread_condattr_setclock */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -219,6 +220,13 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
 
 /* ---- close ---- */
 
+static _Atomic int check_on_close; /* chime__store_check_on_close */
+
+void chime__store_check_on_close(int on)
+{
+    atomic_store_explicit(&check_on_close, on, memory_order_relaxed); /* a test's switch */
+}
+
 CHIME_API int chime_store_close(chime_store *s)
 {
     if (!s)
@@ -230,6 +238,12 @@ CHIME_API int chime_store_close(chime_store *s)
     chime__store_stop_keeper(s);
     chime__store_stop_dispatcher(s); /* also waits until no handler runs */
     chime_timer_stop(s->rt, CHIME_STOP_NOW, unfired);
+    const char *bad = atomic_load_explicit(&check_on_close, memory_order_relaxed) /* as set */
+                          ? chime__store_check(s) : NULL;
+    if (bad) {
+        fprintf(stderr, "chime: store: the table of loaded timers is wrong at close: %s\n", bad);
+        abort();
+    }
     /* What reached the dispatcher's queue after it stopped: the table holds all but detached ones. */
     for (struct hot *e = s->qhead, *next; e; e = next) {
         next = e->qnext;

@@ -423,6 +423,35 @@ CHIME_API void chime_store_stats(const chime_store *s, struct chime_store_stats 
     out->lead_ns = chime__lead_ns(&s->lead);
 }
 
+const char *chime__store_check(struct chime_store *s)
+{
+    const char *why = NULL;
+    for (int i = 0; i < HOT_STRIPES && !why; i++) {
+        struct hot_stripe *st = &s->stripes[i];
+        pthread_mutex_lock(&st->lock);
+        size_t n = 0;
+        for (size_t b = 0; b < st->nbuckets && !why; b++) {
+            struct hot **at = &st->buckets[b];
+            for (struct hot *e = *at; e && !why; at = &e->next, e = e->next, n++) {
+                if (e->pprev != at)
+                    why = "an entry's pprev is not what points at it";
+                else if ((e->hash & (st->nbuckets - 1)) != b || (e->hash >> 58) != (uint64_t)i)
+                    why = "an entry is in another bucket or stripe than its hash's";
+                else if (e->state > HOT_RUNNING)
+                    why = "an entry has no state";
+                for (struct hot *o = e->next; o && !why; o = o->next) /* chains are short */
+                    if (same_key(o, e->hash, e->data, e->key_len) &&
+                        (o->state >= HOT_FIRING) == (e->state >= HOT_FIRING))
+                        why = "a key has two pending or two running entries";
+            }
+        }
+        if (!why && n != st->count)
+            why = "a stripe's count is not its entries'";
+        pthread_mutex_unlock(&st->lock);
+    }
+    return why;
+}
+
 void chime__store_tally(const struct chime_store *s, struct chime_store_stats *out)
 {
     *out = (struct chime_store_stats){ 0 };

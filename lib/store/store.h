@@ -154,6 +154,13 @@ static inline void chime__store_wait_for(struct hot *e, struct hot *running)
     if (running)
         running->waited_for = 1;
 }
+/* Check the table (the tests'): every entry where its hash says, linked both ways, the counts right,
+ * at most one pending and one running entry per key. Return: NULL, or what is wrong. Locks each
+ * stripe in turn; O(entries). */
+const char *chime__store_check(struct chime_store *s);
+/* Test hook: chime_store_close checks the table of every store (chime__store_check) once its
+ * handlers are over, and aborts with the reason if it is wrong. */
+void chime__store_check_on_close(int on);
 /* chime_store_stats' counts of the table (loaded, fired, acked, retried, buried) and nothing else
  * (the rest zero): no call to the backend, whose own counts may cost a query. Any thread; locks each
  * stripe in turn. */
