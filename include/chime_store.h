@@ -296,8 +296,10 @@ struct chime_store_stats {
  * count that the node runs in the database while stats are being asked for, at most every 500 ms:
  * they may be that much older, and the first call after a quiet spell returns the last count (0
  * before any).
- * Complexity: O(files in the journal's directory, a few dozen): journal_bytes is read from it. With
- *             PostgreSQL, O(1) here, and O(pending keys) in the database every 500 ms at most.
+ * Complexity: O(files in the journal's directory, a few dozen): journal_bytes is read from it; and
+ *             the counts of loaded timers are summed over 64 stripes, each locked in turn as a put
+ *             to it would. With PostgreSQL, that sum here, and O(pending keys) in the database every
+ *             500 ms at most.
  * Thread safety: any thread, handlers included.
  */
 CHIME_API void chime_store_stats(const chime_store *s, struct chime_store_stats *out);
