@@ -439,10 +439,16 @@ const char *chime__store_check(struct chime_store *s)
                     why = "an entry is in another bucket or stripe than its hash's";
                 else if (e->state > HOT_RUNNING)
                     why = "an entry has no state";
-                for (struct hot *o = e->next; o && !why; o = o->next) /* chains are short */
-                    if (same_key(o, e->hash, e->data, e->key_len) &&
-                        (o->state >= HOT_FIRING) == (e->state >= HOT_FIRING))
+                int waits_for = 0; /* the running entry e waits for, knowing it (waited_for) */
+                for (struct hot *o = st->buckets[b]; o && !why; o = o->next) { /* chains are short */
+                    if (o == e || !same_key(o, e->hash, e->data, e->key_len))
+                        continue;
+                    if ((o->state >= HOT_FIRING) == (e->state >= HOT_FIRING))
                         why = "a key has two pending or two running entries";
+                    waits_for |= o->state >= HOT_FIRING && o->waited_for;
+                }
+                if (!why && e->wait_prev && e->state < HOT_FIRING && !waits_for)
+                    why = "a held entry waits for no running entry that will release it";
             }
         }
         if (!why && n != st->count)
