@@ -112,7 +112,7 @@ static void the_flusher_gives_its_buffers_back_once_idle(void)
     CHECK(j->flushed >= 1, "the listing made no run (flushed %llu)", (unsigned long long)j->flushed);
     pthread_mutex_unlock(&j->lock);
     while (atomic_load_explicit(&j->scratch_frees, memory_order_acquire) == before)
-        sleep_ms(10); /* a poll: the flusher, idle, gives its buffers back (meson's timeout bounds it) */
+        sleep_ms(10); /* a poll: the idle flusher gives its buffers back (meson's timeout bounds it) */
     CHECK_EQ(chime_store_close(s), 0);
 }
 

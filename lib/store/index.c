@@ -261,13 +261,12 @@ void chime__index_verify_live(int on)
 }
 
 /* The tests' check of a find_live that trusted its caller: the slot read must say the same. */
-static void check_live(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
-                       const struct chime__islot *trusted)
+static void check_live(struct chime__index *ix, enum chime__index_table t,
+                       const struct chime__ikey *k, const struct chime__islot *trusted)
 {
     struct chime__islot read;
-    int err = chime__index_find(ix, t, k, &read);
-    if (err)
-        return; /* a read that failed (a test's injected fault) checks nothing; find_live read nothing */
+    if (chime__index_find(ix, t, k, &read))
+        return; /* a failed read (a test's injected fault) checks nothing; find_live read nothing */
     if (!read.found || read.pos != trusted->pos || read.version != trusted->version ||
         read.due != trusted->due) {
         fprintf(stderr, "chime: index: a live entry promised as version %llu due %llu at slot %llu "
