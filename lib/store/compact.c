@@ -26,7 +26,7 @@
  * Fresh memory costs a page fault per 4 KiB page on first touch (a microsecond or two each on the
  * project's VM): a quarter of the flusher's time under a burst of firings and acknowledgements. So
  * the buffers stay from one flush to the next (j->scratch) while segments keep coming, and go back
- * once the flusher has had nothing to do for SCRATCH_KEEP_MS, and after open's flushes. (Freed as
+ * once the flusher has had nothing to do for SCRATCH_KEEP_NS, and after open's flushes. (Freed as
  * soon as it caught up, they were allocated afresh for nearly every segment of a steady stream of
  * firings, which one flush at a time keeps up with.)
  */
@@ -36,13 +36,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "store/deadline.h"
 #include "store/grow.h"
 #include "store/io.h"
 #include "store/journal.h"
 #include "store/merge.h"
 
 #define MERGE_ABOVE_RUNS 6
-#define SCRATCH_KEEP_MS 1000 /* idle this long, the flusher gives its buffers back */
+#define SCRATCH_KEEP_NS UINT64_C(1000000000) /* idle this long, the flusher frees its buffers */
 #define BACKLOG_MAX 4 /* sealed segments waiting for the flusher before changes are held back */
 
 /* Publish sealed - flushed for the throttle's lock-free look. Locked. */
@@ -467,14 +468,8 @@ static void *flusher_main(void *arg)
             /* On to the segments, if any: puts that keep asking must not starve them. */
         }
         if (j->sealed <= j->flushed && j->scratch.nsegs) { /* nothing left to do: SCRATCH */
-            struct timespec until;
-            clock_gettime(CLOCK_MONOTONIC, &until);
-            until.tv_sec += SCRATCH_KEEP_MS / 1000;
-            until.tv_nsec += (SCRATCH_KEEP_MS % 1000) * 1000000L;
-            if (until.tv_nsec >= 1000000000L) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000L;
-            }
+            /* j->work's clock (journal.c) */
+            struct timespec until = chime__deadline_after(CLOCK_MONOTONIC, SCRATCH_KEEP_NS);
             /* A wake-up (work, an index flush asked, a stop) before the time is up keeps them. */
             if (!atomic_load_explicit(&j->index_asked, memory_order_relaxed) &&
                 pthread_cond_timedwait(&j->work, &j->lock, &until) == ETIMEDOUT &&

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "store/deadline.h"
 #include "store/store.h"
 
 #define BATCH 1024 /* firings recorded per backend call at most */
@@ -382,11 +383,8 @@ static void *dispatcher_main(void *arg)
         uint64_t wait_ns = 0;
         size_t n = allowance(s, s->qlen < BATCH ? s->qlen : BATCH, &wait_ns);
         if (!n) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts); /* dwork's clock (lifecycle.c) */
-            uint64_t at = (uint64_t)ts.tv_nsec + wait_ns;
-            ts.tv_sec += (time_t)(at / NS_PER_S);
-            ts.tv_nsec = (long)(at % NS_PER_S);
+            /* dwork's clock (lifecycle.c) */
+            struct timespec ts = chime__deadline_after(CLOCK_MONOTONIC, wait_ns);
             pthread_cond_timedwait(&s->dwork, &s->dlock, &ts);
             continue;
         }

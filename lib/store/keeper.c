@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "store/deadline.h"
 #include "store/store.h"
 
 #define NS_PER_S UINT64_C(1000000000)
@@ -316,13 +317,7 @@ void chime__store_settle(chime_store *s)
     uint64_t want = s->keeper_rounds + 2; /* one round that began after this call, whole */
     while (s->keeper_rounds < want) {
         poke(s);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = chime__deadline_after(CLOCK_REALTIME, 10000000); /* 10 ms */
         pthread_cond_timedwait(&s->keeper_cond, &s->load_lock, &ts);
     }
     pthread_mutex_unlock(&s->load_lock);
