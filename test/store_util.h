@@ -382,6 +382,14 @@ static inline void store_test_fresh(char **dir, const char *tag, struct recorder
 
 /* main() of a test file whose tests share one journal directory and one recorder: run them, then
  * remove the directory. */
+/* chime_store_dead_list's callback that counts the dead letters into a size_t at ctx. */
+static inline int store_count_dead(void *ctx, const struct chime_fire *dead)
+{
+    (void)dead;
+    ++*(size_t *)ctx;
+    return 0;
+}
+
 static inline int store_tests_run(const struct tap_test *tests, int n, char **dir,
                                   struct recorder *rec, uint64_t (*clock)(void))
 {

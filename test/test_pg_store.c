@@ -102,13 +102,6 @@ static int64_t retry_twice(struct recorder *r, const struct chime_fire *fire)
     return CHIME_STORE_DEAD;
 }
 
-static int dead_count(void *ctx, const struct chime_fire *f)
-{
-    (void)f;
-    ++*(int *)ctx;
-    return 0;
-}
-
 static void test_retries_count_attempts_and_dead_letters_can_be_requeued(void)
 {
     fresh();
@@ -123,8 +116,8 @@ static void test_retries_count_attempts_and_dead_letters_can_be_requeued(void)
     recorder_wait_key(&rec, "doomed", 1, NULL);
     store_wait_idle(s);
     CHECK_EQ(chime_store_sync(s), 0);
-    int n = 0;
-    CHECK_EQ(chime_store_dead_list(s, dead_count, &n), 0);
+    size_t n = 0;
+    CHECK_EQ(chime_store_dead_list(s, store_count_dead, &n), 0);
     CHECK_EQ(n, 1);
     rec.reply = NULL;
     CHECK_EQ(chime_store_dead_requeue(s, "doomed", 6, wall_ns() + 50 * MS), 0);
@@ -135,7 +128,7 @@ static void test_retries_count_attempts_and_dead_letters_can_be_requeued(void)
     store_wait_idle(s);
     CHECK_EQ(chime_store_sync(s), 0);
     n = 0;
-    CHECK_EQ(chime_store_dead_list(s, dead_count, &n), 0);
+    CHECK_EQ(chime_store_dead_list(s, store_count_dead, &n), 0);
     CHECK_EQ(n, 0);
     CHECK_EQ(chime_store_close(s), 0);
 }

@@ -88,13 +88,6 @@ static void a_lone_put_reaches_the_disk_within_the_interval(void)
     CHECK_EQ(chime_store_close(s), 0);
 }
 
-static int count_dead(void *ctx, const struct chime_fire *dead)
-{
-    (void)dead;
-    ++*(size_t *)ctx;
-    return 0;
-}
-
 /* The flusher keeps its buffers while segments keep coming (compact.c, SCRATCH), and gives them back
  * once it has nothing to do: a store that flushed once does not hold tens of MiB for good. */
 static void the_flusher_gives_its_buffers_back_once_idle(void)
@@ -106,7 +99,7 @@ static void the_flusher_gives_its_buffers_back_once_idle(void)
     /* acquire: pairs with the flusher's release increment */
     uint64_t before = atomic_load_explicit(&j->scratch_frees, memory_order_acquire);
     size_t n = 0;
-    CHECK_EQ(chime_store_dead_list(s, count_dead, &n), 0); /* a listing flushes the log into a run */
+    CHECK_EQ(chime_store_dead_list(s, store_count_dead, &n), 0); /* a listing flushes the log into a run */
     CHECK_EQ(n, 0);
     pthread_mutex_lock(&j->lock);
     CHECK(j->flushed >= 1, "the listing made no run (flushed %llu)", (unsigned long long)j->flushed);
