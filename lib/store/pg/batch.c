@@ -319,10 +319,9 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
         rc = next_result(pc, &x);
     if (rc == PG_OK)
         rc = next_sync(pc);
-    if (rc == PG_OK) {
+    if (rc == PG_OK)
         *xid = strtoull(PQgetvalue(x, 0, 0), NULL, 10);
-        PQclear(x);
-    }
+    PQclear(x); /* also when the sync after it was lost */
     if (rc != PG_OK)
         return PG_LOST; /* BEGIN cannot fail otherwise: nothing committed */
     int failed = PG_OK;
