@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Lost connections on PostgreSQL: a node talks to the real server through test/pg_proxy.h, which
+ * cuts its connections at chosen points of the protocol. What the node reports must be what the
+ * database holds: a call that returned 0 took effect once, whatever was lost on the way. One
+ * throwaway cluster for the file (test/pg_util.h), one database per test.
+ */
+#include "pg_test.h"
+
+#include "pg_proxy.h"
+
+static struct pg_cluster cluster;
+static struct pg_proxy proxy;
+static char direct[600], relayed[600];
+static int db_seq;
+static struct recorder rec;
+
+#define SHARDS 8
+
+/* A fresh database with the schema, the relay to it started, and a fresh recorder. */
+static void fresh(void)
+{
+    char name[32];
+    snprintf(name, sizeof name, "cuts_%d", ++db_seq);
+    CHECK_EQ(pg_cluster_db(&cluster, name, SHARDS, 60, direct, sizeof direct), 0);
+    CHECK_EQ(pg_proxy_start(&proxy, cluster.port), 0);
+    pg_proxy_conninfo(&proxy, name, relayed, sizeof relayed);
+    recorder_free(&rec);
+    recorder_init(&rec, NULL);
+}
+
+static chime_store *open_relayed(void)
+{
+    chime_store *s = NULL;
+    int rc = pg_open_node(&s, relayed, "a", &rec, 2 * SEC, 0);
+    CHECK(rc == 0, "open: %s", chime_strerror(rc));
+    return s;
+}
+
+static long long pending_rows(PGconn *c, const char *key)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM chime.pending WHERE key = '%s'", key);
+    return pg_value(c, sql);
+}
+
+/*
+ * The server committed the batch, and the connection died before its reply came. The lane cannot
+ * tell a commit from a rollback; it must ask the server (pg_xact_status) rather than run the batch
+ * again, which would apply it twice: a second run of the cancel finds nothing pending and would
+ * tell the caller -ENOENT, "it had fired or never existed", for the timer it has just cancelled.
+ */
+static void test_a_commit_whose_reply_is_lost_is_reported_as_it_was_applied(void)
+{
+    fresh();
+    chime_store *s = open_relayed();
+    PGconn *c = pg_connect_or_die(direct);
+    CHECK_EQ(chime_store_put(s, "order-1", 7, "cancel", 6, wall_ns() + 3600 * SEC), 0);
+    pg_proxy_cut_commit(&proxy, "chime_cancel", 1);
+    CHECK_EQ(chime_store_cancel(s, "order-1", 7), 0);
+    CHECK_EQ(pg_proxy_cuts(&proxy), 1); /* the path under test was taken */
+    CHECK_EQ(pending_rows(c, "order-1"), 0);
+    CHECK_EQ(chime_store_cancel(s, "order-1", 7), -ENOENT);
+
+    /* A put the same way: recorded once, and fires once, as a first attempt. */
+    pg_proxy_cut_commit(&proxy, "chime_put", 1);
+    CHECK_EQ(chime_store_put(s, "order-2", 7, "remind", 6, wall_ns() + 300 * MS), 0);
+    CHECK_EQ(pg_proxy_cuts(&proxy), 2);
+    struct firing f;
+    recorder_wait_key(&rec, "order-2", 1, &f);
+    CHECK_EQ(f.attempt, 1);
+    CHECK_EQ(strcmp(f.payload, "remind"), 0);
+    store_wait_idle(s);
+    CHECK_EQ(recorder_count_key(&rec, "order-2"), 1);
+    CHECK_EQ(atomic_load(&rec.early), 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    PQfinish(c);
+    pg_proxy_stop(&proxy);
+}
+
+#define FAR_KEYS 32
+#define SOON_KEYS 32
+#define OPS 300
+
+/*
+ * Connections cut at random messages, in either direction, on every connection the node has (its
+ * write lanes, loader, leases, notifications), while one thread puts and cancels: far timers whose
+ * state a model follows (put: pending; cancel: 0 exactly when pending, else -ENOENT), and near ones
+ * that must each fire, never early. Afterwards, with the cuts stopped, the database holds exactly
+ * the model's far timers. With CHIME_SYNC_INTERVAL a put is reported once chime_store_sync returned
+ * 0, and a lane that lost its results after COMMIT leaves its puts to the loader's poll (pg.h, P7).
+ * The seed drives the operations and the cuts; the cuts also fall by the threads' timing, so a seed
+ * repeats the operations, not every cut.
+ */
+static void random_cuts(enum chime_sync sync)
+{
+    fresh();
+    uint64_t seed = rng_seed(sync == CHIME_SYNC_EACH ? "cuts, SYNC_EACH" : "cuts, SYNC_INTERVAL");
+    struct rng r = { seed };
+    struct chime_store_config cfg;
+    pg_node_config(&cfg, relayed, "a", 2 * SEC, 0);
+    cfg.sync = sync;
+    chime_store *s = NULL;
+    int rc = pg_open_config(&s, &cfg, &rec);
+    CHECK(rc == 0, "open: %s", chime_strerror(rc));
+    pg_proxy_cut_random(&proxy, 5000, seed); /* 0.5 % of the messages each way */
+    int pending[FAR_KEYS] = { 0 }, soon_put = 0;
+    char key[32];
+    for (int i = 0; i < OPS; i++) {
+        unsigned what = (unsigned)rng_below(&r, 10), k = (unsigned)rng_below(&r, FAR_KEYS);
+        if (what < 5) {
+            snprintf(key, sizeof key, "far-%u", k);
+            rc = chime_store_put(s, key, strlen(key), "far", 3, wall_ns() + 3600 * SEC);
+            CHECK(rc == 0, "op %d: put %s: %s", i, key, chime_strerror(rc));
+            pending[k] = 1;
+        } else if (what < 9) {
+            snprintf(key, sizeof key, "far-%u", k);
+            rc = chime_store_cancel(s, key, strlen(key));
+            CHECK(rc == (pending[k] ? 0 : -ENOENT), "op %d: cancel %s (%s): %s", i, key,
+                  pending[k] ? "pending" : "not pending", chime_strerror(rc));
+            pending[k] = 0;
+        } else if (soon_put < SOON_KEYS) {
+            snprintf(key, sizeof key, "soon-%d", soon_put++);
+            uint64_t due = wall_ns() + (200 + rng_below(&r, 1000)) * MS;
+            rc = chime_store_put(s, key, strlen(key), "soon", 4, due);
+            CHECK(rc == 0, "op %d: put %s: %s", i, key, chime_strerror(rc));
+        }
+    }
+    rc = chime_store_sync(s);
+    CHECK(rc == 0, "sync: %s", chime_strerror(rc));
+    int cuts = pg_proxy_cuts(&proxy);
+    printf("# %d connections cut during %d operations and a sync\n", cuts, OPS);
+    CHECK(cuts > 0, "no connection was cut: the test tested nothing");
+    pg_proxy_cut_random(&proxy, 0, 0);
+    for (int i = 0; i < soon_put; i++) { /* every reported put fires (its lease may move first) */
+        snprintf(key, sizeof key, "soon-%d", i);
+        recorder_wait_key(&rec, key, 1, NULL);
+    }
+    CHECK_EQ(atomic_load(&rec.early), 0);
+    PGconn *c = pg_connect_or_die(direct);
+    for (int k = 0; k < FAR_KEYS; k++) {
+        snprintf(key, sizeof key, "far-%d", k);
+        long long rows = pending_rows(c, key);
+        CHECK(rows == (long long)pending[k], "%s: %lld pending rows, the calls said %d", key, rows,
+              pending[k]);
+        CHECK_EQ(recorder_count_key(&rec, key), 0);
+    }
+    PQfinish(c);
+    CHECK_EQ(chime_store_close(s), 0);
+    pg_proxy_stop(&proxy);
+}
+
+static void test_random_cuts_lose_nothing_a_call_reported_sync_each(void)
+{
+    random_cuts(CHIME_SYNC_EACH);
+}
+
+static void test_random_cuts_lose_nothing_a_call_reported_sync_interval(void)
+{
+    random_cuts(CHIME_SYNC_INTERVAL);
+}
+
+int main(void)
+{
+    static const struct tap_test tests[] = {
+        { "a_commit_whose_reply_is_lost_is_reported_as_it_was_applied",
+          test_a_commit_whose_reply_is_lost_is_reported_as_it_was_applied },
+        { "random_cuts_lose_nothing_a_call_reported_sync_each",
+          test_random_cuts_lose_nothing_a_call_reported_sync_each },
+        { "random_cuts_lose_nothing_a_call_reported_sync_interval",
+          test_random_cuts_lose_nothing_a_call_reported_sync_interval },
+    };
+    int rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
+    recorder_free(&rec);
+    return rc;
+}
