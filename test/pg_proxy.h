@@ -5,7 +5,11 @@
  * connection at a chosen point, as a network or a server crash would. Nothing is answered in the
  * server's place: every byte that is not cut comes from PostgreSQL.
  *
- *   pg_proxy_start        listen on a free port of 127.0.0.1, relaying to the server's port
+ *   pg_proxy_listen       listen on a free port of 127.0.0.1, for the server's port
+ *   pg_proxy_serve        start relaying (connections made before wait in the listening queue);
+ *                         a test that forks processes does so before: ThreadSanitizer refuses to
+ *                         start threads in a child of a process that has several
+ *   pg_proxy_start        both
  *   pg_proxy_conninfo     a connection string through the relay (SSL and GSS encryption off: the
  *                         relay reads the messages, which must therefore be in the clear)
  *   pg_proxy_cut_commit   cut the next n connections whose transaction ran the prepared statement
@@ -44,6 +48,7 @@ struct pg_proxy_conn {
 
 struct pg_proxy {
     int lfd, port, upstream;
+    int serving;              /* the acceptor runs */
     pthread_t acceptor;
     pthread_mutex_t lock;     /* everything below */
     char target[64];          /* pg_proxy_cut_commit's statement */
@@ -230,7 +235,7 @@ static inline void *pg_proxy_accept(void *arg)
 /* ---- the relay ---- */
 
 /* Return: 0, or -1 if no socket could be had. */
-static inline int pg_proxy_start(struct pg_proxy *p, int upstream)
+static inline int pg_proxy_listen(struct pg_proxy *p, int upstream)
 {
     memset(p, 0, sizeof *p);
     pthread_mutex_init(&p->lock, NULL);
@@ -243,7 +248,18 @@ static inline int pg_proxy_start(struct pg_proxy *p, int upstream)
         getsockname(p->lfd, (struct sockaddr *)&a, &len) != 0)
         return -1;
     p->port = ntohs(a.sin_port);
-    return pthread_create(&p->acceptor, NULL, pg_proxy_accept, p) == 0 ? 0 : -1;
+    return 0;
+}
+
+static inline int pg_proxy_serve(struct pg_proxy *p)
+{
+    p->serving = pthread_create(&p->acceptor, NULL, pg_proxy_accept, p) == 0;
+    return p->serving ? 0 : -1;
+}
+
+static inline int pg_proxy_start(struct pg_proxy *p, int upstream)
+{
+    return pg_proxy_listen(p, upstream) == 0 ? pg_proxy_serve(p) : -1;
 }
 
 /* Database `dbname` through the relay. */
@@ -281,7 +297,8 @@ static inline int pg_proxy_cuts(struct pg_proxy *p)
 static inline void pg_proxy_stop(struct pg_proxy *p)
 {
     shutdown(p->lfd, SHUT_RDWR);
-    pthread_join(p->acceptor, NULL);
+    if (p->serving)
+        pthread_join(p->acceptor, NULL);
     close(p->lfd);
     for (struct pg_proxy_conn *c = p->conns, *next; c; c = next) {
         next = c->next;

@@ -7,7 +7,9 @@
  *     sanitizers; docs/perf.md has the measured takeover time);
  *   - another is stopped with SIGSTOP until the database shows every one of its shards taken by
  *     the third (its lease expired), then continued: it must stop acting in its old epochs;
- *   - (second test) PostgreSQL itself is restarted with pg_ctl restart: the nodes reconnect.
+ *   - (second test) PostgreSQL itself is restarted with pg_ctl restart: the nodes reconnect;
+ *   - (third test) the nodes reach PostgreSQL through test/pg_proxy.h, which cuts their connections
+ *     at random messages (leases, loads, firings, writes alike) for a stretch of the load.
  * Afterwards the oracle (pg_oracle.h) checks the logs and the database: every acknowledged put
  * fired at least once and never early, no acknowledged cancel fired, nothing fired or was
  * acknowledged in a stale epoch, nothing is left pending.
@@ -21,6 +23,7 @@
  * between its fence check and its handler's first line, the window pg.h's P2 leaves to fencing).
  */
 #include "pg_oracle.h"
+#include "pg_proxy.h"
 
 #define SHARDS 24
 static uint64_t lease_ns; /* CHIME_PG_LEASE_MS, default 1000 */
@@ -42,14 +45,16 @@ struct fleet {
     struct pg_node_cfg cfgs[3];
     char names[3][16];
     char paths[3][300];
-    char conninfo[600];
+    char conninfo[600];   /* the test's own, straight to the server */
+    char relayed[600];    /* the nodes', through a relay if the test has one */
     PGconn *c; /* the test's own connection, to watch the leases */
 };
 
 static void wait_shards_balanced(PGconn *c, int nodes);
 
-/* A database `db` with the schema, and n nodes on it, balanced. */
-static void fleet_start(struct fleet *f, int n, const char *db)
+/* A database `db` with the schema, and n nodes on it, balanced; the nodes connect through `relay`
+ * if not NULL (listening: it is served once the nodes are forked, pg_proxy.h). */
+static void fleet_start(struct fleet *f, int n, const char *db, struct pg_proxy *relay)
 {
     if (!*logdir) { /* in the cluster's directory, removed with it */
         snprintf(logdir, sizeof logdir, "%.200s/logs", cluster.dir);
@@ -58,13 +63,19 @@ static void fleet_start(struct fleet *f, int n, const char *db)
     f->n = n;
     CHECK_EQ(pg_cluster_db(&cluster, db, SHARDS, 60, f->conninfo, sizeof f->conninfo), 0);
     f->c = pg_connect_or_die(f->conninfo);
+    if (relay)
+        pg_proxy_conninfo(relay, db, f->relayed, sizeof f->relayed);
+    else
+        snprintf(f->relayed, sizeof f->relayed, "%s", f->conninfo);
     for (int i = 0; i < n; i++) {
         snprintf(f->names[i], 16, "n%d", i + 1);
         snprintf(f->paths[i], 300, "%.200s/%s-%s.log", logdir, db, f->names[i]);
-        f->cfgs[i] = (struct pg_node_cfg){ f->conninfo, f->names[i], f->paths[i], lease_ns,
+        f->cfgs[i] = (struct pg_node_cfg){ f->relayed, f->names[i], f->paths[i], lease_ns,
                                            env_u("CHIME_PG_THREADS", 4), 40, seed + (uint64_t)i };
         CHECK_EQ(pg_child_start(&f->kids[i], &cluster, &f->cfgs[i]), 0);
     }
+    if (relay)
+        CHECK_EQ(pg_proxy_serve(relay), 0);
     wait_shards_balanced(f->c, n);
 }
 
@@ -176,7 +187,7 @@ static void finish_and_check(struct pg_oracle *o, struct fleet *f)
 static void test_kill_and_pause_under_load_lose_nothing_and_fence_stale_epochs(void)
 {
     static struct fleet f;
-    fleet_start(&f, 3, "cluster");
+    fleet_start(&f, 3, "cluster", NULL);
     struct rng r = { seed };
     unsigned load_ms = env_u("CHIME_PG_LOAD_MS", 700);
     load_for(load_ms / 2 + (unsigned)rng_below(&r, load_ms));
@@ -235,7 +246,7 @@ static void test_kill_and_pause_under_load_lose_nothing_and_fence_stale_epochs(v
 static void test_postgres_restarted_under_load_loses_nothing_acknowledged(void)
 {
     static struct fleet f;
-    fleet_start(&f, 2, "restart");
+    fleet_start(&f, 2, "restart", NULL);
     unsigned load_ms = env_u("CHIME_PG_LOAD_MS", 700);
     load_for(load_ms);
     PQfinish(f.c);
@@ -250,6 +261,31 @@ static void test_postgres_restarted_under_load_loses_nothing_acknowledged(void)
     PQfinish(f.c);
 }
 
+/* Leases renewed, timers loaded and fired, acknowledgements and puts written, all over connections
+ * that die at random messages: a lost renewal must end the node's belief before the database's
+ * lease ends (pg.h, P2), so nothing may fire or be acknowledged in a stale epoch, and a lost reply
+ * must not lose or double what a generator was told. */
+static void test_connections_cut_under_load_lose_nothing_and_fence_stale_epochs(void)
+{
+    static struct fleet f;
+    static struct pg_proxy relay;
+    CHECK_EQ(pg_proxy_listen(&relay, cluster.port), 0);
+    fleet_start(&f, 2, "cuts", &relay);
+    unsigned load_ms = env_u("CHIME_PG_LOAD_MS", 700);
+    load_for(load_ms);
+    pg_proxy_cut_random(&relay, 10000, seed); /* 1 % of the messages each way */
+    load_for(2 * load_ms);
+    pg_proxy_cut_random(&relay, 0, 0);
+    printf("# %d connections cut\n", pg_proxy_cuts(&relay));
+    CHECK(pg_proxy_cuts(&relay) > 0, "no connection was cut: the test tested nothing");
+    load_at_least(&f, load_ms);
+    struct pg_oracle o = { 0 };
+    finish_and_check(&o, &f);
+    pg_oracle_free(&o);
+    PQfinish(f.c);
+    pg_proxy_stop(&relay);
+}
+
 int main(void)
 {
     seed = rng_seed("test_pg_cluster");
@@ -259,6 +295,8 @@ int main(void)
           test_kill_and_pause_under_load_lose_nothing_and_fence_stale_epochs },
         { "postgres_restarted_under_load_loses_nothing_acknowledged",
           test_postgres_restarted_under_load_loses_nothing_acknowledged },
+        { "connections_cut_under_load_lose_nothing_and_fence_stale_epochs",
+          test_connections_cut_under_load_lose_nothing_and_fence_stale_epochs },
     };
     return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
 }
