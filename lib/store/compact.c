@@ -319,13 +319,14 @@ int chime__journal_flush_segments(struct chime__backend *j, uint64_t first, size
     }
     struct chime__run *run = NULL;
     if (!err)
-        err = scratch_room(&scratch->order, (n ? n : 1) * sizeof *order);
+        err = scratch_room(&scratch->order,
+                           (n ? n : 1) * sizeof *order + chime__rec_sort_scratch(n));
     if (!err) {
         recs = scratch->recs;
         order = scratch->order.p;
         for (size_t i = 0; i < n; i++)
             order[i] = &recs[i];
-        chime__rec_sort(order, n);
+        chime__rec_sort(order, n, order + n); /* the rest of the buffer: its scratch */
         struct chime__run_writer w;
         err = chime__run_begin(&w, j->dir, first, first + count - 1, next_version);
         if (!err) {
