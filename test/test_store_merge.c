@@ -45,7 +45,7 @@ static struct out collapse(struct chime__rec *recs, size_t n, enum chime__collap
     struct chime__rec *order[16];
     for (size_t i = 0; i < n; i++)
         order[i] = &recs[i];
-    chime__rec_sort(order, n, NULL);
+    chime__rec_sort(order, n);
     chime__array_source_init(&a, order, n);
     chime__collapse_init(&c, mode, drop_orphans, keep, &o);
     CHECK_EQ(chime__merge(&s, 1, &c), 0);
@@ -114,7 +114,7 @@ static void runs_read_back_by_due_range_and_merge_into_one(void)
         static struct chime__rec *order[PER];
         for (int k = 0; k < PER; k++)
             order[k] = &recs[k];
-        chime__rec_sort(order, PER, NULL);
+        chime__rec_sort(order, PER);
         struct chime__run_writer w;
         CHECK_EQ(chime__run_begin(&w, fd, (uint64_t)i + 1, (uint64_t)i + 1, version), 0);
         for (int k = 0; k < PER; k++)
@@ -178,59 +178,7 @@ static void runs_read_back_by_due_range_and_merge_into_one(void)
     free(dir);
 }
 
-/* A value whose bytes vary at random in the positions `spread` selects (a bit per byte), and are
- * otherwise those of `base`: so that some of the sort's passes are skipped and others run. */
-static uint64_t varied(struct rng *r, uint64_t base, unsigned spread)
-{
-    static const uint8_t bytes[] = { 0, 1, 0x80, 0xff }; /* few, for ties; both halves */
-    uint64_t v = base;
-    for (int b = 0; b < 8; b++)
-        if (spread & (1u << b))
-            v = (v & ~(UINT64_C(255) << (8 * b))) | ((uint64_t)bytes[rng_below(r, 4)] << (8 * b));
-    return v;
-}
-
-/* The radix sort (sort.c) against run order as chime__rec_cmp defines it: every type, both
- * sections, due times and versions with many ties and at the ends of their range, with and without
- * a scratch buffer. The output must be in order and a permutation of the input. */
-static void the_sort_puts_records_in_run_order(void)
-{
-    struct rng r = { rng_seed("test_store_merge sort") };
-    enum { N = 5000 };
-    static struct chime__rec recs[N];
-    static struct chime__rec *order[N];
-    static unsigned char seen[N];
-    void *scratch = malloc(chime__rec_sort_scratch(N));
-    CHECK(scratch != NULL, "scratch");
-    for (int round = 0; round < 40; round++) {
-        size_t n = 1 + rng_below(&r, N);
-        uint64_t due_base = round % 4 == 0 ? UINT64_MAX : rng_next(&r), ver_base = rng_next(&r);
-        unsigned due_spread = (unsigned)rng_below(&r, 256);
-        unsigned ver_spread = (unsigned)rng_below(&r, 256);
-        for (size_t i = 0; i < n; i++) {
-            static const uint8_t types[] = { CHIME__PUT, CHIME__KILL, CHIME__FIRE, CHIME__DEAD };
-            recs[i] = rec(types[rng_below(&r, 4)], varied(&r, ver_base, ver_spread),
-                          varied(&r, due_base, due_spread), 0);
-            if (recs[i].type == CHIME__KILL && rng_below(&r, 3) == 0)
-                recs[i].flags = CHIME__KILL_DEAD; /* a dead letter's end: the second section */
-            order[i] = &recs[i];
-        }
-        chime__rec_sort(order, n, round % 2 ? scratch : NULL);
-        memset(seen, 0, n);
-        for (size_t i = 0; i < n; i++) {
-            size_t at = (size_t)(order[i] - recs);
-            CHECK(at < n && !seen[at], "round %d: record %zu missing or twice", round, at);
-            seen[at] = 1;
-            if (i > 0)
-                CHECK(chime__rec_cmp(order[i - 1], order[i]) <= 0,
-                      "round %d: records %zu and %zu out of run order", round, i - 1, i);
-        }
-    }
-    free(scratch);
-}
-
 static const struct tap_test tests[] = {
-    { "the_sort_puts_records_in_run_order", the_sort_puts_records_in_run_order },
     { "a_version_whose_put_and_kill_meet_leaves_nothing_and_fires_fold_in",
       a_version_whose_put_and_kill_meet_leaves_nothing_and_fires_fold_in },
     { "runs_read_back_by_due_range_and_merge_into_one", runs_read_back_by_due_range_and_merge_into_one },

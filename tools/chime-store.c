@@ -160,7 +160,7 @@ static int read_live(int dir, chime__emit_fn *emit, void *ctx)
         struct chime__array_source a;
         for (size_t i = 0; i < segs.n; i++)
             order[i] = &segs.recs[i];
-        chime__rec_sort(order, segs.n, NULL);
+        chime__rec_sort(order, segs.n);
         chime__array_source_init(&a, order, segs.n);
         ptrs[opened] = &a.base;
         struct chime__collapse c;

@@ -319,14 +319,13 @@ int chime__journal_flush_segments(struct chime__backend *j, uint64_t first, size
     }
     struct chime__run *run = NULL;
     if (!err)
-        err = scratch_room(&scratch->order,
-                           (n ? n : 1) * sizeof *order + chime__rec_sort_scratch(n));
+        err = scratch_room(&scratch->order, (n ? n : 1) * sizeof *order);
     if (!err) {
         recs = scratch->recs;
         order = scratch->order.p;
         for (size_t i = 0; i < n; i++)
             order[i] = &recs[i];
-        chime__rec_sort(order, n, order + n); /* the rest of the buffer: its scratch */
+        chime__rec_sort(order, n);
         struct chime__run_writer w;
         err = chime__run_begin(&w, j->dir, first, first + count - 1, next_version);
         if (!err) {

@@ -35,11 +35,8 @@ struct chime__array_source {
 void chime__array_source_init(struct chime__array_source *s, struct chime__rec *const *recs,
                               size_t n);
 
-/* Sort pointers to records into the records' run order (sort.c): O(n), in `scratch` of
- * chime__rec_sort_scratch(n) bytes if not NULL (a flush keeps it from one to the next), else in
- * memory of its own; out of memory, by qsort, O(n log n). */
-size_t chime__rec_sort_scratch(size_t n);
-void chime__rec_sort(struct chime__rec **recs, size_t n, void *scratch);
+/* Sort pointers to records into the records' run order. */
+void chime__rec_sort(struct chime__rec **recs, size_t n);
 
 typedef int chime__emit_fn(void *ctx, const struct chime__rec *r);
 
