@@ -75,7 +75,7 @@ void chime__wal_set_segment_bytes(struct chime__wal *w, uint64_t bytes);
  * writer will try again, and fail for good then). */
 int chime__wal_prepare(struct chime__wal *w);
 
-/* The sticky error, or 0. */
+/* The sticky error, or 0. Any thread, no lock. */
 int chime__wal_error(struct chime__wal *w);
 
 /* The number of the segment records go to now. */
