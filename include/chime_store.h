@@ -90,7 +90,12 @@ struct chime_store_config {            /* zero fields mean the defaults */
     const char *postgres;              /* a libpq connection string ("host=db dbname=app"): when set,
                                           timers live in that database, in the schema `chime` that
                                           `chime-store --postgres CONNINFO init` created, and every
-                                          process that opens it shares them; path is then unused */
+                                          process that opens it shares them; path is then unused.
+                                          Unless it sets them, each connection gets
+                                          connect_timeout=10 keepalives_idle=5
+                                          keepalives_interval=2 keepalives_count=3
+                                          tcp_user_timeout=75000, so that a dead server is given
+                                          up in seconds, not hours */
     const char *node;                  /* this process's name in the cluster (at most 63 bytes);
                                           NULL = host name and pid. Two live processes must not share
                                           one (their leases would be one) */

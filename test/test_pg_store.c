@@ -7,6 +7,8 @@
 #include "pg_test.h"
 #include "store/pg/pg.h"
 
+#include <netinet/tcp.h>
+
 static struct pg_cluster cluster;
 static char conninfo[600];
 static int db_seq;
@@ -386,6 +388,41 @@ static void test_a_put_due_before_the_owners_boundary_from_a_clock_ahead_still_f
     recorder_free(&ro);
 }
 
+/* One option of a connection's socket. */
+static int sockopt(PGconn *c, int level, int name)
+{
+    int v = -1;
+    socklen_t len = sizeof v;
+    CHECK_EQ(getsockopt(PQsocket(c), level, name, &v, &len), 0);
+    return v;
+}
+
+/* A server whose machine died answers nothing, and closes nothing: without TCP's own checks, a
+ * node's threads would wait hours for it (conn.c, DEAD PEERS). Each connection sets them, and a
+ * connection string that sets its own wins. What they do when the peer is gone is TCP's: a test
+ * would need a network that drops packets, which a test cannot make without root. */
+static void test_connections_give_up_on_a_silent_server_unless_the_string_says_otherwise(void)
+{
+    fresh();
+    struct pg_conn pc = { .conninfo = conninfo, .role = "test", .lease_ns = 2 * SEC };
+    CHECK_EQ(chime__pg_connect(&pc), 0);
+    CHECK_EQ(sockopt(pc.c, SOL_SOCKET, SO_KEEPALIVE), 1);
+    CHECK_EQ(sockopt(pc.c, IPPROTO_TCP, TCP_KEEPIDLE), 5);
+    CHECK_EQ(sockopt(pc.c, IPPROTO_TCP, TCP_KEEPINTVL), 2);
+    CHECK_EQ(sockopt(pc.c, IPPROTO_TCP, TCP_KEEPCNT), 3);
+    CHECK_EQ(sockopt(pc.c, IPPROTO_TCP, TCP_USER_TIMEOUT), 75000);
+    chime__pg_disconnect(&pc);
+
+    char own[700];
+    snprintf(own, sizeof own, "%s keepalives_idle=30 tcp_user_timeout=90000", conninfo);
+    pc.conninfo = own;
+    CHECK_EQ(chime__pg_connect(&pc), 0);
+    CHECK_EQ(sockopt(pc.c, IPPROTO_TCP, TCP_KEEPIDLE), 30);
+    CHECK_EQ(sockopt(pc.c, IPPROTO_TCP, TCP_USER_TIMEOUT), 90000);
+    CHECK_EQ(sockopt(pc.c, IPPROTO_TCP, TCP_KEEPCNT), 3); /* the rest are still ours */
+    chime__pg_disconnect(&pc);
+}
+
 static void test_open_refuses_a_database_without_the_schema(void)
 {
     chime_store *s = NULL;
@@ -420,6 +457,8 @@ int main(void)
         { "a_put_due_before_the_owners_boundary_from_a_clock_ahead_still_fires",
           test_a_put_due_before_the_owners_boundary_from_a_clock_ahead_still_fires },
         { "open_refuses_a_database_without_the_schema", test_open_refuses_a_database_without_the_schema },
+        { "connections_give_up_on_a_silent_server_unless_the_string_says_otherwise",
+          test_connections_give_up_on_a_silent_server_unless_the_string_says_otherwise },
     };
     int rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
     recorder_free(&rec);

@@ -14,6 +14,18 @@
  *     update; the server ends such a session within that time, so a takeover waits at most that
  *     long beyond the lease.
  *   application_name "chime <node> <role>", so that pg_stat_activity says who is who.
+ *
+ * DEAD PEERS. A server whose machine dies, or a network that drops everything, closes nothing: a
+ * thread waiting for a reply would wait for the kernel's defaults, two hours of TCP keepalive idle
+ * time, or about fifteen minutes of retransmissions for a request never acknowledged, and a node
+ * could not follow a failover for that long. So unless the connection string says otherwise, each
+ * connection probes after 5 s of silence, every 2 s, and gives up after 3 probes unanswered (11 s),
+ * gives up on data unacknowledged for 75 s (tcp_user_timeout; longer than statement_timeout,
+ * since a server busy with a statement may leave what we pipelined after it unread, and Linux
+ * counts a full window against that timeout), and on a connection attempt after 10 s. The lost
+ * connection is then handled as any other (P6). These are TCP's own checks: they do not catch a
+ * server that is alive but stuck, whose kernel still answers (statement_timeout bounds only what
+ * the server does run).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -77,9 +89,13 @@ int chime__pg_connect(struct pg_conn *pc)
 {
     char app[128], set[200];
     snprintf(app, sizeof app, "chime %s %s", pc->node ? pc->node : "-", pc->role);
-    /* The caller's string first (expand_dbname), then application_name on top of it. */
-    const char *keys[] = { "dbname", "application_name", NULL };
-    const char *vals[] = { pc->conninfo, app, NULL };
+    /* Our defaults for a lost server (DEAD PEERS), then the caller's string over them
+     * (expand_dbname: keywords are applied in order, the last value of one stays), then
+     * application_name on top of it. */
+    const char *keys[] = { "connect_timeout", "keepalives", "keepalives_idle",
+                           "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+                           "dbname", "application_name", NULL };
+    const char *vals[] = { "10", "1", "5", "2", "3", "75000", pc->conninfo, app, NULL };
     pc->c = PQconnectdbParams(keys, vals, 1);
     pc->prepared = 0;
     if (!pc->c)
