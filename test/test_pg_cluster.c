@@ -272,7 +272,6 @@ static void test_connections_cut_under_load_lose_nothing_and_fence_stale_epochs(
     CHECK_EQ(pg_proxy_listen(&relay, cluster.port), 0);
     fleet_start(&f, 2, "cuts", &relay);
     unsigned load_ms = env_u("CHIME_PG_LOAD_MS", 700);
-    load_for(load_ms);
     pg_proxy_cut_random(&relay, 10000, seed); /* 1 % of the messages each way */
     load_for(2 * load_ms);
     pg_proxy_cut_random(&relay, 0, 0);

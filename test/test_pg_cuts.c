@@ -80,7 +80,13 @@ static void test_a_commit_whose_reply_is_lost_is_reported_as_it_was_applied(void
 
 #define FAR_KEYS 32
 #define SOON_KEYS 32
-#define OPS 300
+
+/* Operations per random test: CHIME_PG_CUT_OPS, default 300 (valgrind and TSan runs use fewer). */
+static int ops_wanted(void)
+{
+    const char *v = getenv("CHIME_PG_CUT_OPS");
+    return v && *v ? atoi(v) : 300;
+}
 
 /*
  * Connections cut at random messages, in either direction, on every connection the node has (its
@@ -104,9 +110,9 @@ static void random_cuts(enum chime_sync sync)
     int rc = pg_open_config(&s, &cfg, &rec);
     CHECK(rc == 0, "open: %s", chime_strerror(rc));
     pg_proxy_cut_random(&proxy, 5000, seed); /* 0.5 % of the messages each way */
-    int pending[FAR_KEYS] = { 0 }, soon_put = 0;
+    int pending[FAR_KEYS] = { 0 }, soon_put = 0, ops = ops_wanted();
     char key[32];
-    for (int i = 0; i < OPS; i++) {
+    for (int i = 0; i < ops; i++) {
         unsigned what = (unsigned)rng_below(&r, 10), k = (unsigned)rng_below(&r, FAR_KEYS);
         if (what < 5) {
             snprintf(key, sizeof key, "far-%u", k);
@@ -129,7 +135,7 @@ static void random_cuts(enum chime_sync sync)
     rc = chime_store_sync(s);
     CHECK(rc == 0, "sync: %s", chime_strerror(rc));
     int cuts = pg_proxy_cuts(&proxy);
-    printf("# %d connections cut during %d operations and a sync\n", cuts, OPS);
+    printf("# %d connections cut during %d operations and a sync\n", cuts, ops);
     CHECK(cuts > 0, "no connection was cut: the test tested nothing");
     pg_proxy_cut_random(&proxy, 0, 0);
     for (int i = 0; i < soon_put; i++) { /* every reported put fires (its lease may move first) */
