@@ -33,8 +33,14 @@
  *
  * ACQUISITION is an UPDATE of the shard's row, epoch + 1, from rows locked FOR UPDATE SKIP LOCKED:
  * a row an owner statement holds FOR SHARE (P1) is skipped, and taken next round. Each
- * acquisition is recorded in chime.leases. The shards acquired are registered (under own_lock)
- * and handed to the loader, which reads their timers (P7).
+ * acquisition is recorded in chime.leases, `acquired` by clock_timestamp() once the row is taken:
+ * the statement's now() is its start, before it tried the row's lock, and an acknowledgement of
+ * the old epoch may record its ended_at and commit in between (legitimately: it checked the row
+ * while the row still said that epoch, and held it FOR SHARE until its commit), which would then
+ * look later than the new epoch's start. This holds for a retake and for an expired lease alike
+ * (an acknowledgement checks expiry when it locks the row, and takes ended_at after). The shards
+ * acquired are registered (under own_lock) and handed to the loader, which reads their timers
+ * (P7).
  *
  * TAKEOVER TIME. A node killed with its lease renewed at database time r: its leases and heartbeat
  * expire at r + lease, at most lease after it died. The others wake at that instant (they know the
@@ -165,7 +171,7 @@ static int acquire(struct chime__backend *b, const int32_t *cand, size_t ncand, 
                  " epoch = s.epoch + 1, expires = now() + $3::int8 * interval '1 microsecond',"
                  " since = now() FROM c WHERE s.shard = c.shard RETURNING s.shard, s.epoch),"
                  " h AS (INSERT INTO chime.leases (shard, epoch, owner, acquired)"
-                 " SELECT shard, epoch, $1, now() FROM u)"
+                 " SELECT shard, epoch, $1, clock_timestamp() FROM u)"
                  " SELECT shard, epoch FROM u"
                :
         "WITH c AS (SELECT shard FROM chime.shards WHERE shard = ANY($4::int4[])"
@@ -175,7 +181,7 @@ static int acquire(struct chime__backend *b, const int32_t *cand, size_t ncand, 
         " expires = now() + $3::int8 * interval '1 microsecond', since = now() FROM c"
         " WHERE s.shard = c.shard RETURNING s.shard, s.epoch),"
         " h AS (INSERT INTO chime.leases (shard, epoch, owner, acquired)"
-        " SELECT shard, epoch, $1, now() FROM u)"
+        " SELECT shard, epoch, $1, clock_timestamp() FROM u)"
         " SELECT shard, epoch FROM u",
         5, v, &r);
     free(list);
