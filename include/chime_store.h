@@ -95,7 +95,8 @@ struct chime_store_config {            /* zero fields mean the defaults */
                                           connect_timeout=10 keepalives_idle=5
                                           keepalives_interval=2 keepalives_count=3
                                           tcp_user_timeout=75000, so that a dead server is given
-                                          up in seconds, not hours */
+                                          up in seconds, not hours; a server silent for 90 s
+                                          while a reply is owed is given up too */
     const char *node;                  /* this process's name in the cluster (at most 63 bytes);
                                           NULL = host name and pid. Two live processes must not share
                                           one (their leases would be one) */

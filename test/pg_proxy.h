@@ -16,9 +16,15 @@
  *                         `statement`, at its COMMIT: the server has committed, and its reply
  *                         "COMMIT" is dropped with the connection. The client cannot tell a commit
  *                         from a rollback, and must ask the server afterwards.
+ *   pg_proxy_stall_commit the same point of the next n such transactions (or, for a statement run
+ *                         outside BEGIN, the end of its implicit transaction), but instead of
+ *                         cutting, withhold that reply and all that follows on the connection, and
+ *                         keep it open: a server alive but stuck, whose kernel still answers. Only
+ *                         the client giving up ends it.
  *   pg_proxy_cut_random   cut connections at random messages, each in either direction with a
  *                         chance of per_million in a million (0: off), from a seeded generator
  *   pg_proxy_cuts         connections cut so far
+ *   pg_proxy_stalls       connections stalled so far
  *   pg_proxy_stop         cut everything, join the relay's threads, close the sockets
  *
  * Two threads per connection, one per direction, each reading whole messages with blocking calls
@@ -44,6 +50,7 @@ struct pg_proxy_conn {
     int cfd, sfd;             /* chime's end, the server's end */
     pthread_t up, down;       /* chime -> server, server -> chime */
     _Atomic int in_target;    /* the transaction under way ran the target statement */
+    int stalled;              /* (the down thread's) nothing more goes to chime */
 };
 
 struct pg_proxy {
@@ -53,9 +60,10 @@ struct pg_proxy {
     pthread_mutex_t lock;     /* everything below */
     char target[64];          /* pg_proxy_cut_commit's statement */
     int commits_to_cut;
+    int commits_to_stall;
     unsigned per_million;     /* pg_proxy_cut_random's chance */
     struct rng rng;
-    int cuts;
+    int cuts, stalls;
     struct pg_proxy_conn *conns;
 };
 
@@ -165,26 +173,32 @@ static inline void *pg_proxy_up(void *arg)
     return NULL;
 }
 
-/* server -> chime. ReadyForQuery ('Z') with status 'I' ends a transaction; CommandComplete ('C')
- * "COMMIT" of a target transaction is where pg_proxy_cut_commit cuts. */
+/* server -> chime. A target transaction ends at its COMMIT's CommandComplete ('C'), or, if it had
+ * no BEGIN, at the ReadyForQuery ('Z') with status 'I' that ends it: that is where
+ * pg_proxy_cut_commit cuts and pg_proxy_stall_commit stalls. */
 static inline void *pg_proxy_down(void *arg)
 {
     struct pg_proxy_conn *c = arg;
     struct pg_proxy *p = c->p;
     struct pg_proxy_msg m = { 0 };
     while (pg_proxy_read_msg(c->sfd, &m, 1) == 0) {
-        if (m.b[0] == 'Z' && m.len == 6 && m.b[5] == 'I')
-            atomic_store(&c->in_target, 0);
-        if (m.b[0] == 'C' && atomic_load(&c->in_target) && m.len == 5 + 7 &&
-            memcmp(m.b + 5, "COMMIT", 7) == 0) {
+        int idle = m.b[0] == 'Z' && m.len == 6 && m.b[5] == 'I';
+        int commit = m.b[0] == 'C' && m.len == 5 + 7 && memcmp(m.b + 5, "COMMIT", 7) == 0;
+        if ((idle || commit) && atomic_exchange(&c->in_target, 0)) {
             pthread_mutex_lock(&p->lock);
             int cut = p->commits_to_cut > 0;
+            int stall = !cut && p->commits_to_stall > 0;
             p->commits_to_cut -= cut;
+            p->commits_to_stall -= stall;
             p->cuts += cut;
+            p->stalls += stall;
             pthread_mutex_unlock(&p->lock);
             if (cut)
                 break;
+            c->stalled |= stall;
         }
+        if (c->stalled)
+            continue; /* read on and drop, until chime's end closes and takes this one with it */
         if (pg_proxy_chance(p) || pg_proxy_write_all(c->cfd, m.b, m.len))
             break;
     }
@@ -278,6 +292,14 @@ static inline void pg_proxy_cut_commit(struct pg_proxy *p, const char *statement
     pthread_mutex_unlock(&p->lock);
 }
 
+static inline void pg_proxy_stall_commit(struct pg_proxy *p, const char *statement, int n)
+{
+    pthread_mutex_lock(&p->lock);
+    snprintf(p->target, sizeof p->target, "%s", statement);
+    p->commits_to_stall = n;
+    pthread_mutex_unlock(&p->lock);
+}
+
 static inline void pg_proxy_cut_random(struct pg_proxy *p, unsigned per_million, uint64_t seed)
 {
     pthread_mutex_lock(&p->lock);
@@ -290,6 +312,14 @@ static inline int pg_proxy_cuts(struct pg_proxy *p)
 {
     pthread_mutex_lock(&p->lock);
     int n = p->cuts;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+static inline int pg_proxy_stalls(struct pg_proxy *p)
+{
+    pthread_mutex_lock(&p->lock);
+    int n = p->stalls;
     pthread_mutex_unlock(&p->lock);
     return n;
 }

@@ -8,6 +8,7 @@
 #include "pg_test.h"
 
 #include "pg_proxy.h"
+#include "store/pg/pg.h" /* chime__pg_silence_ns */
 
 static struct pg_cluster cluster;
 static struct pg_proxy proxy;
@@ -74,6 +75,45 @@ static void test_a_commit_whose_reply_is_lost_is_reported_as_it_was_applied(void
     CHECK_EQ(recorder_count_key(&rec, "order-2"), 1);
     CHECK_EQ(atomic_load(&rec.early), 0);
     CHECK_EQ(chime_store_close(s), 0);
+    PQfinish(c);
+    pg_proxy_stop(&proxy);
+}
+
+/*
+ * The server answers up to a transaction's end and then sends nothing more, its connection left
+ * open: a server alive but stuck, whose kernel still acknowledges, so TCP's own checks never fire.
+ * The node must give such a connection up once the server has been silent for
+ * chime__pg_silence_ns (lowered here to 1 s), as if it had been cut: the put's lane then learns
+ * from a new connection that its batch committed, and reports it once; the firing thread records
+ * the firing again on a new connection, and the timer fires. Without that bound both calls wait
+ * for ever, and the test's watchdog fails it.
+ */
+static void test_a_server_that_stops_answering_is_given_up_on(void)
+{
+    fresh();
+    uint64_t silence = chime__pg_silence_ns;
+    chime__pg_silence_ns = 1 * SEC; /* before the node's threads start, which read it */
+    chime_store *s = open_relayed();
+    PGconn *c = pg_connect_or_die(direct);
+    pg_proxy_stall_commit(&proxy, "chime_put", 1);
+    CHECK_EQ(chime_store_put(s, "order-3", 7, "cancel", 6, wall_ns() + 3600 * SEC), 0);
+    CHECK_EQ(pg_proxy_stalls(&proxy), 1); /* the path under test was taken */
+    CHECK_EQ(pending_rows(c, "order-3"), 1);
+    CHECK_EQ(chime_store_cancel(s, "order-3", 7), 0); /* it was reported as it is */
+
+    pg_proxy_stall_commit(&proxy, "chime_fire", 1);
+    uint64_t due = wall_ns() + 300 * MS;
+    CHECK_EQ(chime_store_put(s, "order-4", 7, "remind", 6, due), 0);
+    struct firing f;
+    recorder_wait_key(&rec, "order-4", 1, &f);
+    CHECK_EQ(pg_proxy_stalls(&proxy), 2);
+    CHECK_EQ(f.due, due);
+    store_wait_idle(s);
+    CHECK_EQ(chime_store_sync(s), 0); /* the acknowledgement committed */
+    CHECK_EQ(pending_rows(c, "order-4"), 0);
+    CHECK_EQ(atomic_load(&rec.early), 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    chime__pg_silence_ns = silence;
     PQfinish(c);
     pg_proxy_stop(&proxy);
 }
@@ -171,6 +211,8 @@ int main(void)
     static const struct tap_test tests[] = {
         { "a_commit_whose_reply_is_lost_is_reported_as_it_was_applied",
           test_a_commit_whose_reply_is_lost_is_reported_as_it_was_applied },
+        { "a_server_that_stops_answering_is_given_up_on",
+          test_a_server_that_stops_answering_is_given_up_on },
         { "random_cuts_lose_nothing_a_call_reported_sync_each",
           test_random_cuts_lose_nothing_a_call_reported_sync_each },
         { "random_cuts_lose_nothing_a_call_reported_sync_interval",

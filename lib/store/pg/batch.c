@@ -213,19 +213,27 @@ static int build(struct pg_lane *l, int st, struct params *p, char token[8])
 /* ---- the pipeline ---- */
 
 /* Send what libpq buffered, reading whatever arrives meanwhile (a server blocked writing results
- * we do not read would stop reading what we send). */
-static int flush(PGconn *c)
+ * we do not read would stop reading what we send). A server that neither takes nor sends anything
+ * for chime__pg_silence_ns is given up on, as in chime__pg_await. */
+static int flush(struct pg_conn *pc)
 {
+    uint64_t moved = chime__pg_mono(); /* when bytes last went either way */
     for (;;) {
-        int f = PQflush(c);
+        int f = PQflush(pc->c);
         if (f == 0)
             return PG_OK;
         if (f < 0)
             return PG_LOST;
-        struct pollfd pfd = { PQsocket(c), POLLIN | POLLOUT, 0 };
+        if (chime__pg_mono() - moved >= chime__pg_silence_ns) {
+            chime__pg_abandon(pc);
+            return PG_LOST;
+        }
+        struct pollfd pfd = { PQsocket(pc->c), POLLIN | POLLOUT, 0 };
         if (poll(&pfd, 1, 1000) < 0 && errno != EINTR)
             return PG_LOST;
-        if ((pfd.revents & POLLIN) && !PQconsumeInput(c))
+        if (pfd.revents & (POLLIN | POLLOUT))
+            moved = chime__pg_mono();
+        if ((pfd.revents & POLLIN) && !PQconsumeInput(pc->c))
             return PG_LOST;
     }
 }
@@ -233,11 +241,16 @@ static int flush(PGconn *c)
 /* The result of the next query in the pipeline (kept in *out if out, else cleared). */
 static int next_result(struct pg_conn *pc, PGresult **out)
 {
+    if (chime__pg_await(pc) != PG_OK)
+        return PG_LOST;
     PGresult *r = PQgetResult(pc->c);
     int rc = chime__pg_status(pc, r);
     if (r && PQresultStatus(r) == PGRES_PIPELINE_SYNC)
         rc = PG_LOST; /* out of step: treat the connection as unusable */
-    PGresult *end = r ? PQgetResult(pc->c) : NULL; /* each query's results end with NULL */
+    if (r && chime__pg_await(pc) != PG_OK)
+        rc = PG_LOST;
+    /* each query's results end with NULL */
+    PGresult *end = r && rc != PG_LOST ? PQgetResult(pc->c) : NULL;
     if (end) {
         PQclear(end);
         rc = rc == PG_OK ? PG_LOST : rc;
@@ -251,6 +264,8 @@ static int next_result(struct pg_conn *pc, PGresult **out)
 
 static int next_sync(struct pg_conn *pc)
 {
+    if (chime__pg_await(pc) != PG_OK)
+        return PG_LOST;
     PGresult *r = PQgetResult(pc->c);
     int ok = r && PQresultStatus(r) == PGRES_PIPELINE_SYNC;
     PQclear(r);
@@ -311,7 +326,7 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
         order[nstmt++] = sent[i];
     }
     ok = ok && PQpipelineSync(c);
-    if (!ok || flush(c) != PG_OK)
+    if (!ok || flush(pc) != PG_OK)
         return PG_LOST;
     PGresult *x = NULL;
     rc = next_result(pc, NULL);
@@ -335,7 +350,7 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
             ok = PQsendQueryParams(c, failed == PG_OK ? "COMMIT" : "ROLLBACK", 0, NULL, NULL, NULL,
                                    NULL, 0) &&
                  PQpipelineSync(c);
-            if (!ok || flush(c) != PG_OK)
+            if (!ok || flush(pc) != PG_OK)
                 return PG_LOST;
         } else {
             for (int i = 0; i < nstmt; i++) {

@@ -26,12 +26,23 @@
  * connection is then handled as any other (P6). These are TCP's own checks: they do not catch a
  * server that is alive but stuck, whose kernel still answers (statement_timeout bounds only what
  * the server does run).
+ *
+ * SILENT SERVERS. So no thread waits for a reply without a bound of its own: every wait for a
+ * result goes through chime__pg_await, which gives up when the server has sent nothing for
+ * chime__pg_silence_ns (90 s) while a reply is owed. Each statement of chime's ends within
+ * statement_timeout (60 s, counted per statement, also within a pipeline) or is cancelled by the
+ * server, which answers then; so a live server is never given up on, and 30 s is left for the
+ * network. Giving up shuts the socket down: libpq then finds the connection broken, exactly as if
+ * the network had cut it, and every caller already handles that (P6 resolves a COMMIT whose reply
+ * never came).
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "store/pg/pg.h"
@@ -48,6 +59,62 @@ uint64_t chime__pg_wall(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t chime__pg_silence_ns = UINT64_C(90000000000);
+
+void chime__pg_abandon(struct pg_conn *pc)
+{
+    shutdown(PQsocket(pc->c), SHUT_RDWR);
+    PQconsumeInput(pc->c); /* reads the end of the stream: libpq marks the connection broken */
+}
+
+int chime__pg_await(struct pg_conn *pc)
+{
+    if (!pc->c)
+        return PG_LOST;
+    uint64_t heard = chime__pg_mono(); /* when the server last sent something */
+    while (PQisBusy(pc->c)) {
+        uint64_t quiet_ns = chime__pg_mono() - heard;
+        if (quiet_ns >= chime__pg_silence_ns) {
+            chime__pg_abandon(pc);
+            return PG_LOST;
+        }
+        uint64_t wait_ms = (chime__pg_silence_ns - quiet_ns) / 1000000u + 1;
+        struct pollfd pfd = { PQsocket(pc->c), POLLIN, 0 };
+        int n = poll(&pfd, 1, wait_ms > 1000 ? 1000 : (int)wait_ms);
+        if (n < 0 && errno != EINTR)
+            return PG_LOST;
+        if (n > 0) {
+            if (!PQconsumeInput(pc->c))
+                return PG_LOST;
+            heard = chime__pg_mono();
+        }
+    }
+    return PQstatus(pc->c) == CONNECTION_OK ? PG_OK : PG_LOST;
+}
+
+PGresult *chime__pg_result(struct pg_conn *pc, int sent)
+{
+    PGresult *last = NULL;
+    if (!sent)
+        return NULL;
+    for (;;) {
+        if (chime__pg_await(pc) != PG_OK) {
+            PQclear(last);
+            return NULL;
+        }
+        PGresult *r = PQgetResult(pc->c);
+        if (!r)
+            return last;
+        PQclear(last);
+        last = r;
+    }
+}
+
+PGresult *chime__pg_query(struct pg_conn *pc, const char *sql)
+{
+    return chime__pg_result(pc, pc->c && PQsendQuery(pc->c, sql));
 }
 
 static const char *sqlstate(const PGresult *r)
@@ -118,7 +185,7 @@ int chime__pg_connect(struct pg_conn *pc)
              "SET statement_timeout = 60000; SET idle_in_transaction_session_timeout = %llu;"
              " SET client_min_messages = warning",
              (unsigned long long)idle_ms);
-    PGresult *r = PQexec(pc->c, set);
+    PGresult *r = chime__pg_query(pc, set);
     int rc = chime__pg_status(pc, r);
     PQclear(r);
     if (rc != PG_OK)
@@ -160,7 +227,8 @@ static int exec_as(struct pg_conn *pc, const char *sql, int n, const char *const
 {
     if (!pc->c)
         return PG_LOST;
-    PGresult *r = PQexecParams(pc->c, sql, n, NULL, values, NULL, NULL, binary);
+    PGresult *r = chime__pg_result(pc, PQsendQueryParams(pc->c, sql, n, NULL, values, NULL, NULL,
+                                                         binary));
     int rc = chime__pg_status(pc, r);
     if (rc == PG_OK && out)
         *out = r;
@@ -185,7 +253,7 @@ int chime__pg_prepare(struct pg_conn *pc, int id, const char *name, const char *
 {
     if (pc->prepared & (1 << id))
         return PG_OK;
-    PGresult *r = PQprepare(pc->c, name, sql, 0, NULL);
+    PGresult *r = chime__pg_result(pc, PQsendPrepare(pc->c, name, sql, 0, NULL));
     int rc = chime__pg_status(pc, r);
     PQclear(r);
     if (rc == PG_OK)

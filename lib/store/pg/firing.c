@@ -111,7 +111,7 @@ int chime__pg_fire(struct chime__backend *b, struct chime__firing *f, size_t n)
         int rc = chime__pg_prepare(pc, 0, "chime_fire", fire_sql);
         PGresult *r = NULL;
         if (rc == PG_OK) {
-            r = PQexecPrepared(pc->c, "chime_fire", 7, v, len, fmt, 1);
+            r = chime__pg_result(pc, PQsendQueryPrepared(pc->c, "chime_fire", 7, v, len, fmt, 1));
             rc = chime__pg_status(pc, r);
         }
         if (rc == PG_OK) {
@@ -217,8 +217,8 @@ int chime__pg_read_cursor(struct chime__backend *b, struct pg_conn *pc, const in
     v[8] = chime__pg_array_done(&xa, &len[8]);
     int rc = !v[0] || !v[1] || !v[8] ? -ENOMEM : PG_OK;
     if (rc == PG_OK) {
-        PGresult *r = PQexecParams(pc->c, since ? poll_sql : read_sql, since ? 9 : 6, NULL, v, len,
-                                   fmt, 1);
+        PGresult *r = chime__pg_result(pc, PQsendQueryParams(pc->c, since ? poll_sql : read_sql,
+                                                             since ? 9 : 6, NULL, v, len, fmt, 1));
         rc = chime__pg_status(pc, r);
         PQclear(r);
     }

@@ -28,7 +28,7 @@ static int exec(struct pg_conn *pc, const char *sql, PGresult **out)
 {
     if (!pc->c)
         return PG_LOST;
-    PGresult *r = PQexec(pc->c, sql);
+    PGresult *r = chime__pg_query(pc, sql);
     int rc = chime__pg_status(pc, r);
     if (rc == PG_OK && out)
         *out = r;

@@ -252,7 +252,8 @@ static int fetch_notified(struct loader *ld)
     len[3] = 8;
     if (!v[0])
         return -ENOMEM;
-    PGresult *r = PQexecParams(ld->pc->c, fetch_sql, 4, NULL, v, len, fmt, 1);
+    PGresult *r =
+        chime__pg_result(ld->pc, PQsendQueryParams(ld->pc->c, fetch_sql, 4, NULL, v, len, fmt, 1));
     int rc = chime__pg_status(ld->pc, r);
     for (int i = 0; rc == PG_OK && i < PQntuples(r); i++) {
         unsigned shard = (unsigned)chime__pg_i32(r, i, 5);

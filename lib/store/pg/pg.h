@@ -126,6 +126,20 @@ void chime__pg_disconnect(struct pg_conn *pc);
 int chime__pg_reconnect(struct pg_conn *pc, _Atomic int *stop);
 /* Classify a result (NULL: the connection failed). Logs a fatal error to stderr once. */
 int chime__pg_status(struct pg_conn *pc, const PGresult *r);
+/* Wait, at most until the server has been silent for chime__pg_silence_ns (conn.c, SILENT
+ * SERVERS), until PQgetResult will not block. PG_OK; PG_LOST if the connection broke or was given
+ * up on (its socket is then shut down, and libpq reports it broken from now on). */
+int chime__pg_await(struct pg_conn *pc);
+/* Give a connection up: shut its socket down, so that libpq finds it broken, as after a cut. */
+void chime__pg_abandon(struct pg_conn *pc);
+/* What PQexec returns for a query already sent (`sent`: what PQsend* returned), each wait through
+ * chime__pg_await: the last result, or NULL if the send or the connection failed. */
+PGresult *chime__pg_result(struct pg_conn *pc, int sent);
+/* PQexec through chime__pg_result (several statements allowed); NULL without a connection. */
+PGresult *chime__pg_query(struct pg_conn *pc, const char *sql);
+/* How long a server may send nothing while a reply is owed (default 90 s). Tests lower it before
+ * they open a store; nothing else writes it. */
+extern uint64_t chime__pg_silence_ns;
 /* Run sql with text parameters and binary results; *out (if given) receives the result on PG_OK. */
 int chime__pg_exec(struct pg_conn *pc, const char *sql, int n, const char *const *values,
                    PGresult **out);

@@ -91,7 +91,7 @@ static const char *const create_sql[] = {
 
 int chime__pg_schema_read(struct pg_conn *pc, struct pg_schema *out)
 {
-    PGresult *r = PQexec(pc->c, "SELECT to_regclass('chime.meta') IS NOT NULL");
+    PGresult *r = chime__pg_query(pc, "SELECT to_regclass('chime.meta') IS NOT NULL");
     int rc = chime__pg_status(pc, r);
     if (rc != PG_OK) {
         PQclear(r);
@@ -101,9 +101,9 @@ int chime__pg_schema_read(struct pg_conn *pc, struct pg_schema *out)
     PQclear(r);
     if (!exists)
         return -ENOENT;
-    r = PQexec(pc->c, "SELECT (SELECT value FROM chime.meta WHERE name = 'schema_version'),"
-                      " (SELECT value FROM chime.meta WHERE name = 'shards'),"
-                      " (SELECT value FROM chime.meta WHERE name = 'partition_ns')");
+    r = chime__pg_query(pc, "SELECT (SELECT value FROM chime.meta WHERE name = 'schema_version'),"
+                            " (SELECT value FROM chime.meta WHERE name = 'shards'),"
+                            " (SELECT value FROM chime.meta WHERE name = 'partition_ns')");
     rc = chime__pg_status(pc, r);
     if (rc == PG_OK) {
         long version = atol(PQgetvalue(r, 0, 0));
@@ -119,7 +119,7 @@ int chime__pg_schema_read(struct pg_conn *pc, struct pg_schema *out)
 
 static int run(struct pg_conn *pc, const char *sql)
 {
-    PGresult *r = PQexec(pc->c, sql);
+    PGresult *r = chime__pg_query(pc, sql);
     int rc = chime__pg_status(pc, r);
     PQclear(r);
     return rc;
@@ -199,7 +199,7 @@ static int has_pending(struct pg_conn *pc, uint64_t n)
              "SELECT EXISTS (SELECT 1 FROM chime.timers_%" PRIu64 " t JOIN chime.keys k"
              " ON k.key = t.key AND k.version = t.version WHERE k.end_epoch IS NULL)",
              n);
-    PGresult *r = PQexec(pc->c, sql);
+    PGresult *r = chime__pg_query(pc, sql);
     int rc = chime__pg_status(pc, r);
     int pending = rc == PG_OK && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
     PQclear(r);
@@ -270,8 +270,9 @@ int chime__pg_partitions_retire(struct pg_conn *pc, const struct pg_schema *sc, 
                                 unsigned *dropped)
 {
     *dropped = 0;
-    PGresult *r = PQexec(pc->c, "SELECT c.relname FROM pg_inherits i JOIN pg_class c"
-                                " ON c.oid = i.inhrelid WHERE i.inhparent = 'chime.timers'::regclass");
+    PGresult *r = chime__pg_query(pc, "SELECT c.relname FROM pg_inherits i JOIN pg_class c"
+                                      " ON c.oid = i.inhrelid"
+                                      " WHERE i.inhparent = 'chime.timers'::regclass");
     int rc = chime__pg_status(pc, r);
     if (rc != PG_OK) {
         PQclear(r);
