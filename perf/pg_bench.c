@@ -392,7 +392,7 @@ static void takeover(const char *conninfo)
     PQclear(r);
     PQfinish(pc);
     printf("takeover: lease %.1f s; %u pending; B had A's shards %.3f s after the kill; the last of"
-           " the 1000 timers due in the 2 s after the kill fired %.3f s after it (lease + %.3f s)\n",
+           " the 1000 timers due in the 2 s after the kill fired %.3f s after it (lease %+.3f s)\n",
            (double)LEASE_NS / 1e9, takeover_n, acquired, (double)(last - kill_at) / 1e9,
            (double)(last - kill_at) / 1e9 - (double)LEASE_NS / 1e9);
     chime_store_close(b);
