@@ -21,10 +21,14 @@
  *                         cutting, withhold that reply and all that follows on the connection, and
  *                         keep it open: a server alive but stuck, whose kernel still answers. Only
  *                         the client giving up ends it.
+ *   pg_proxy_stall_bind   stop reading from chime, for the next n connections that send a Bind
+ *                         (a statement's parameters) of more than `over` bytes, at that Bind's
+ *                         head: a server that reads no more, whose kernel still acknowledges, so
+ *                         that chime's sends fill the sockets and block
  *   pg_proxy_cut_random   cut connections at random messages, each in either direction with a
  *                         chance of per_million in a million (0: off), from a seeded generator
  *   pg_proxy_cuts         connections cut so far
- *   pg_proxy_stalls       connections stalled so far
+ *   pg_proxy_stalls       connections stalled so far (either way)
  *   pg_proxy_stop         cut everything, join the relay's threads, close the sockets
  *
  * Two threads per connection, one per direction, each reading whole messages with blocking calls
@@ -38,6 +42,7 @@
 #include "rng.h"
 
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -51,6 +56,7 @@ struct pg_proxy_conn {
     pthread_t up, down;       /* chime -> server, server -> chime */
     _Atomic int in_target;    /* the transaction under way ran the target statement */
     int stalled;              /* (the down thread's) nothing more goes to chime */
+    _Atomic int stalled_up;   /* nothing more is read from chime, and its end stays open */
 };
 
 struct pg_proxy {
@@ -61,6 +67,8 @@ struct pg_proxy {
     char target[64];          /* pg_proxy_cut_commit's statement */
     int commits_to_cut;
     int commits_to_stall;
+    int binds_to_stall;       /* pg_proxy_stall_bind's */
+    size_t stall_bind_over;
     unsigned per_million;     /* pg_proxy_cut_random's chance */
     struct rng rng;
     int cuts, stalls;
@@ -102,10 +110,11 @@ static inline int pg_proxy_write_all(int fd, const unsigned char *from, size_t n
     return 0;
 }
 
-/* Read one message: typed (a type byte, then a 4-byte length that counts itself and the body), or
- * the untyped startup message (the length, then the body). The message is m->b[0 .. m->len).
+/* Read the head of one message: typed (a type byte, then a 4-byte length that counts itself and
+ * the body), or the untyped startup message (the length, then the body). m->len is then the
+ * whole message's, whose body pg_proxy_read_body reads into m->b[head .. m->len).
  * Return: 0, or -1 at the end of the stream or on an error. */
-static inline int pg_proxy_read_msg(int fd, struct pg_proxy_msg *m, int typed)
+static inline int pg_proxy_read_head(int fd, struct pg_proxy_msg *m, int typed)
 {
     size_t head = typed ? 5 : 4;
     if (m->cap < head) {
@@ -123,7 +132,19 @@ static inline int pg_proxy_read_msg(int fd, struct pg_proxy_msg *m, int typed)
         m->b = realloc(m->b, m->len);
         m->cap = m->len;
     }
+    return 0;
+}
+
+static inline int pg_proxy_read_body(int fd, struct pg_proxy_msg *m, int typed)
+{
+    size_t head = typed ? 5 : 4;
     return pg_proxy_read_all(fd, m->b + head, m->len - head);
+}
+
+/* The whole message, as above. */
+static inline int pg_proxy_read_msg(int fd, struct pg_proxy_msg *m, int typed)
+{
+    return pg_proxy_read_head(fd, m, typed) || pg_proxy_read_body(fd, m, typed);
 }
 
 /* ---- cutting ---- */
@@ -144,6 +165,17 @@ static inline int pg_proxy_chance(struct pg_proxy *p)
     return cut;
 }
 
+/* Whether an upstream stall falls on a Bind of len bytes; counted if so. */
+static inline int pg_proxy_stall_here(struct pg_proxy *p, size_t len)
+{
+    pthread_mutex_lock(&p->lock);
+    int stall = p->binds_to_stall > 0 && len > p->stall_bind_over;
+    p->binds_to_stall -= stall;
+    p->stalls += stall;
+    pthread_mutex_unlock(&p->lock);
+    return stall;
+}
+
 /* chime -> server. A Bind ('B': portal name, statement name, ...) of the target statement marks the
  * transaction under way. */
 static inline void *pg_proxy_up(void *arg)
@@ -151,7 +183,18 @@ static inline void *pg_proxy_up(void *arg)
     struct pg_proxy_conn *c = arg;
     struct pg_proxy *p = c->p;
     struct pg_proxy_msg m = { 0 };
-    for (int typed = 0; pg_proxy_read_msg(c->cfd, &m, typed) == 0; typed = 1) {
+    for (int typed = 0; pg_proxy_read_head(c->cfd, &m, typed) == 0; typed = 1) {
+        if (typed && m.b[0] == 'B' && pg_proxy_stall_here(p, m.len)) {
+            /* Read nothing more: chime's writes fill the sockets and stop. Until chime's end is
+             * gone or pg_proxy_stop shuts this one down. */
+            atomic_store(&c->stalled_up, 1);
+            struct pollfd pfd = { .fd = c->cfd, .events = POLLRDHUP };
+            while (poll(&pfd, 1, -1) < 0 && errno == EINTR)
+                ;
+            break;
+        }
+        if (pg_proxy_read_body(c->cfd, &m, typed))
+            break;
         if (typed && m.b[0] == 'B' && m.len > 6) {
             const char *portal = (const char *)m.b + 5;
             size_t plen = strnlen(portal, m.len - 5);
@@ -203,7 +246,10 @@ static inline void *pg_proxy_down(void *arg)
             break;
     }
     free(m.b);
-    pg_proxy_cut(c);
+    if (atomic_load(&c->stalled_up))
+        shutdown(c->sfd, SHUT_RDWR); /* the server gave up on it; chime must find out by itself */
+    else
+        pg_proxy_cut(c);
     return NULL;
 }
 
@@ -297,6 +343,14 @@ static inline void pg_proxy_stall_commit(struct pg_proxy *p, const char *stateme
     pthread_mutex_lock(&p->lock);
     snprintf(p->target, sizeof p->target, "%s", statement);
     p->commits_to_stall = n;
+    pthread_mutex_unlock(&p->lock);
+}
+
+static inline void pg_proxy_stall_bind(struct pg_proxy *p, size_t over, int n)
+{
+    pthread_mutex_lock(&p->lock);
+    p->stall_bind_over = over;
+    p->binds_to_stall = n;
     pthread_mutex_unlock(&p->lock);
 }
 

@@ -118,6 +118,49 @@ static void test_a_server_that_stops_answering_is_given_up_on(void)
     pg_proxy_stop(&proxy);
 }
 
+/*
+ * The server stops reading in the middle of a batch: the relay reads no more of a connection from
+ * the head of a Bind of over 8 MiB (the put statement's arrays), and leaves chime's end open, as a
+ * stuck server's kernel would. The lane's sends fill the sockets and block; TCP's own bound on
+ * unacknowledged data is off here (tcp_user_timeout=0), and the relay's kernel acknowledges what
+ * it buffers anyway. The lane must give the connection up once nothing has moved either way for
+ * chime__pg_silence_ns (1 s here), and send the batch again on a new one: every put is then in the
+ * database once. Without that bound the sync waits for ever, and the test's watchdog fails it.
+ */
+static void test_a_server_that_stops_reading_is_given_up_on(void)
+{
+    enum { PUTS = 400 };
+    fresh();
+    uint64_t silence = chime__pg_silence_ns;
+    chime__pg_silence_ns = 1 * SEC; /* before the node's threads start, which read it */
+    char conninfo[700];
+    snprintf(conninfo, sizeof conninfo, "%s tcp_user_timeout=0", relayed);
+    struct chime_store_config cfg;
+    pg_node_config(&cfg, conninfo, "a", 2 * SEC, 0);
+    cfg.sync = CHIME_SYNC_INTERVAL; /* the puts queue up: one batch takes most of them */
+    chime_store *s = NULL;
+    int rc = pg_open_config(&s, &cfg, &rec);
+    CHECK(rc == 0, "open: %s", chime_strerror(rc));
+    static char payload[CHIME_STORE_PAYLOAD_MAX];
+    memset(payload, 'p', sizeof payload);
+    pg_proxy_stall_bind(&proxy, (size_t)8 << 20, 1);
+    char key[32];
+    for (int i = 0; i < PUTS; i++) {
+        snprintf(key, sizeof key, "big-%d", i);
+        rc = chime_store_put(s, key, strlen(key), payload, sizeof payload, wall_ns() + 3600 * SEC);
+        CHECK(rc == 0, "put %s: %s", key, chime_strerror(rc));
+    }
+    rc = chime_store_sync(s);
+    CHECK(rc == 0, "sync: %s", chime_strerror(rc));
+    CHECK_EQ(pg_proxy_stalls(&proxy), 1); /* the path under test was taken */
+    PGconn *c = pg_connect_or_die(direct);
+    CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.pending WHERE key LIKE 'big-%'"), PUTS);
+    PQfinish(c);
+    CHECK_EQ(chime_store_close(s), 0);
+    chime__pg_silence_ns = silence;
+    pg_proxy_stop(&proxy);
+}
+
 #define FAR_KEYS 32
 #define SOON_KEYS 32
 
@@ -213,6 +256,8 @@ int main(void)
           test_a_commit_whose_reply_is_lost_is_reported_as_it_was_applied },
         { "a_server_that_stops_answering_is_given_up_on",
           test_a_server_that_stops_answering_is_given_up_on },
+        { "a_server_that_stops_reading_is_given_up_on",
+          test_a_server_that_stops_reading_is_given_up_on },
         { "random_cuts_lose_nothing_a_call_reported_sync_each",
           test_random_cuts_lose_nothing_a_call_reported_sync_each },
         { "random_cuts_lose_nothing_a_call_reported_sync_interval",
