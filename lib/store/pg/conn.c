@@ -34,7 +34,10 @@
  * server, which answers then; so a live server is never given up on, and 30 s is left for the
  * network. Giving up shuts the socket down: libpq then finds the connection broken, exactly as if
  * the network had cut it, and every caller already handles that (P6 resolves a COMMIT whose reply
- * never came).
+ * never came). Sending is bounded the same way where it can block for long: the lanes' pipelines,
+ * megabytes at times, go out through batch.c's flush, which gives up when nothing has moved either
+ * way for as long; every other statement is small enough for the socket's buffers, and behind
+ * them tcp_user_timeout counts a window the server keeps shut.
  */
 #define _GNU_SOURCE
 #include <errno.h>
