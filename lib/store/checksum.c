@@ -8,6 +8,7 @@
 #include "store/checksum.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 static uint32_t table[256];
@@ -49,12 +50,16 @@ __attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t crc, const 
 
 static int have_sse42(void)
 {
-    static int cached = -1; /* a benign race: every thread computes the same answer */
-    if (cached < 0) {
+    /* relaxed: threads that race to fill it in compute the same answer, and nothing else is
+     * published with it; atomic so that the race is not undefined behaviour. */
+    static _Atomic int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
         __builtin_cpu_init();
-        cached = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+        v = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
-    return cached;
+    return v;
 }
 #endif
 
