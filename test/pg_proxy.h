@@ -25,6 +25,9 @@
  *                         (a statement's parameters) of more than `over` bytes, at that Bind's
  *                         head: a server that reads no more, whose kernel still acknowledges, so
  *                         that chime's sends fill the sockets and block
+ *   pg_proxy_hold         hold (1) or release (0) every message from the server on every
+ *                         connection: while held, nothing reaches chime, and so a node's lane
+ *                         cannot finish a batch while the test queues the next one
  *   pg_proxy_cut_random   cut connections at random messages, each in either direction with a
  *                         chance of per_million in a million (0: off), from a seeded generator
  *   pg_proxy_cuts         connections cut so far
@@ -64,6 +67,8 @@ struct pg_proxy {
     int serving;              /* the acceptor runs */
     pthread_t acceptor;
     pthread_mutex_t lock;     /* everything below */
+    pthread_cond_t released;  /* hold became 0, or the relay stops */
+    int hold, stopping;
     char target[64];          /* pg_proxy_cut_commit's statement */
     int commits_to_cut;
     int commits_to_stall;
@@ -242,6 +247,10 @@ static inline void *pg_proxy_down(void *arg)
         }
         if (c->stalled)
             continue; /* read on and drop, until chime's end closes and takes this one with it */
+        pthread_mutex_lock(&p->lock);
+        while (p->hold && !p->stopping)
+            pthread_cond_wait(&p->released, &p->lock);
+        pthread_mutex_unlock(&p->lock);
         if (pg_proxy_chance(p) || pg_proxy_write_all(c->cfd, m.b, m.len))
             break;
     }
@@ -299,6 +308,7 @@ static inline int pg_proxy_listen(struct pg_proxy *p, int upstream)
 {
     memset(p, 0, sizeof *p);
     pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->released, NULL);
     p->upstream = upstream;
     p->lfd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0,
@@ -354,6 +364,14 @@ static inline void pg_proxy_stall_bind(struct pg_proxy *p, size_t over, int n)
     pthread_mutex_unlock(&p->lock);
 }
 
+static inline void pg_proxy_hold(struct pg_proxy *p, int on)
+{
+    pthread_mutex_lock(&p->lock);
+    p->hold = on;
+    pthread_cond_broadcast(&p->released);
+    pthread_mutex_unlock(&p->lock);
+}
+
 static inline void pg_proxy_cut_random(struct pg_proxy *p, unsigned per_million, uint64_t seed)
 {
     pthread_mutex_lock(&p->lock);
@@ -380,6 +398,10 @@ static inline int pg_proxy_stalls(struct pg_proxy *p)
 
 static inline void pg_proxy_stop(struct pg_proxy *p)
 {
+    pthread_mutex_lock(&p->lock);
+    p->stopping = 1;
+    pthread_cond_broadcast(&p->released);
+    pthread_mutex_unlock(&p->lock);
     shutdown(p->lfd, SHUT_RDWR);
     if (p->serving)
         pthread_join(p->acceptor, NULL);
@@ -393,6 +415,7 @@ static inline void pg_proxy_stop(struct pg_proxy *p)
         close(c->sfd);
         free(c);
     }
+    pthread_cond_destroy(&p->released);
     pthread_mutex_destroy(&p->lock);
 }
 

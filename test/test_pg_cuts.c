@@ -121,7 +121,8 @@ static void test_a_server_that_stops_answering_is_given_up_on(void)
 /*
  * The server stops reading in the middle of a batch: the relay reads no more of a connection from
  * the head of a Bind of over 8 MiB (the put statement's arrays), and leaves chime's end open, as a
- * stuck server's kernel would. The lane's sends fill the sockets and block; TCP's own bound on
+ * stuck server's kernel would. (The relay holds the server's replies while the puts are queued, so
+ * that the lane cannot cut them into small batches as they come.) The lane's sends fill the sockets and block; TCP's own bound on
  * unacknowledged data is off here (tcp_user_timeout=0), and the relay's kernel acknowledges what
  * it buffers anyway. The lane must give the connection up once nothing has moved either way for
  * chime__pg_silence_ns (1 s here), and send the batch again on a new one: every put is then in the
@@ -137,19 +138,22 @@ static void test_a_server_that_stops_reading_is_given_up_on(void)
     snprintf(conninfo, sizeof conninfo, "%s tcp_user_timeout=0", relayed);
     struct chime_store_config cfg;
     pg_node_config(&cfg, conninfo, "a", 2 * SEC, 0);
-    cfg.sync = CHIME_SYNC_INTERVAL; /* the puts queue up: one batch takes most of them */
+    cfg.sync = CHIME_SYNC_INTERVAL; /* the puts queue up, and one batch takes them */
     chime_store *s = NULL;
     int rc = pg_open_config(&s, &cfg, &rec);
     CHECK(rc == 0, "open: %s", chime_strerror(rc));
     static char payload[CHIME_STORE_PAYLOAD_MAX];
     memset(payload, 'p', sizeof payload);
     pg_proxy_stall_bind(&proxy, (size_t)8 << 20, 1);
+    pg_proxy_hold(&proxy, 1); /* the lane takes what is queued first, and cannot finish it ... */
     char key[32];
     for (int i = 0; i < PUTS; i++) {
         snprintf(key, sizeof key, "big-%d", i);
         rc = chime_store_put(s, key, strlen(key), payload, sizeof payload, wall_ns() + 3600 * SEC);
         CHECK(rc == 0, "put %s: %s", key, chime_strerror(rc));
     }
+    pg_proxy_hold(&proxy, 0); /* ... until all are queued: of its two batches, one has 200 puts
+                                 or more, over 12 MiB */
     rc = chime_store_sync(s);
     CHECK(rc == 0, "sync: %s", chime_strerror(rc));
     CHECK_EQ(pg_proxy_stalls(&proxy), 1); /* the path under test was taken */
