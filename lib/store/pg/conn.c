@@ -115,9 +115,20 @@ PGresult *chime__pg_result(struct pg_conn *pc, int sent)
     }
 }
 
-PGresult *chime__pg_query(struct pg_conn *pc, const char *sql)
+/* Classify r; on PG_OK hand it to *out if asked for, else clear it. */
+static int settle(struct pg_conn *pc, PGresult *r, PGresult **out)
 {
-    return chime__pg_result(pc, pc->c && PQsendQuery(pc->c, sql));
+    int rc = chime__pg_status(pc, r);
+    if (rc == PG_OK && out)
+        *out = r;
+    else
+        PQclear(r);
+    return rc;
+}
+
+int chime__pg_run(struct pg_conn *pc, const char *sql, PGresult **out)
+{
+    return settle(pc, chime__pg_result(pc, pc->c && PQsendQuery(pc->c, sql)), out);
 }
 
 static const char *sqlstate(const PGresult *r)
@@ -188,9 +199,7 @@ int chime__pg_connect(struct pg_conn *pc)
              "SET statement_timeout = 60000; SET idle_in_transaction_session_timeout = %llu;"
              " SET client_min_messages = warning",
              (unsigned long long)idle_ms);
-    PGresult *r = chime__pg_query(pc, set);
-    int rc = chime__pg_status(pc, r);
-    PQclear(r);
+    int rc = chime__pg_run(pc, set, NULL);
     if (rc != PG_OK)
         chime__pg_disconnect(pc);
     return rc == PG_OK ? 0 : PG_LOST;
@@ -230,14 +239,9 @@ static int exec_as(struct pg_conn *pc, const char *sql, int n, const char *const
 {
     if (!pc->c)
         return PG_LOST;
-    PGresult *r = chime__pg_result(pc, PQsendQueryParams(pc->c, sql, n, NULL, values, NULL, NULL,
-                                                         binary));
-    int rc = chime__pg_status(pc, r);
-    if (rc == PG_OK && out)
-        *out = r;
-    else
-        PQclear(r);
-    return rc;
+    return settle(pc, chime__pg_result(pc, PQsendQueryParams(pc->c, sql, n, NULL, values, NULL,
+                                                             NULL, binary)),
+                  out);
 }
 
 int chime__pg_exec(struct pg_conn *pc, const char *sql, int n, const char *const *values,

@@ -24,23 +24,11 @@
 #define STATS_WINDOW_NS UINT64_C(10000000000)
 #define STATS_MIN_NS UINT64_C(500000000) /* counts at most every 500 ms, however often asked */
 
-static int exec(struct pg_conn *pc, const char *sql, PGresult **out)
-{
-    if (!pc->c)
-        return PG_LOST;
-    PGresult *r = chime__pg_query(pc, sql);
-    int rc = chime__pg_status(pc, r);
-    if (rc == PG_OK && out)
-        *out = r;
-    else
-        PQclear(r);
-    return rc;
-}
-
 static int retire(struct chime__backend *b)
 {
     PGresult *r = NULL;
-    int rc = exec(&b->house_conn, "SELECT pg_try_advisory_lock(hashtext('chime.retire'))", &r);
+    int rc = chime__pg_run(&b->house_conn,
+                           "SELECT pg_try_advisory_lock(hashtext('chime.retire'))", &r);
     int locked = rc == PG_OK && PQgetvalue(r, 0, 0)[0] == 't';
     PQclear(r);
     if (!locked)
@@ -48,20 +36,20 @@ static int retire(struct chime__backend *b)
     unsigned dropped = 0;
     rc = chime__pg_partitions_retire(&b->house_conn, &b->schema, chime__pg_wall(), &dropped);
     if (rc != PG_LOST)
-        exec(&b->house_conn, "SELECT pg_advisory_unlock(hashtext('chime.retire'))", NULL);
+        chime__pg_run(&b->house_conn, "SELECT pg_advisory_unlock(hashtext('chime.retire'))", NULL);
     return rc;
 }
 
 static int count(struct chime__backend *b)
 {
     PGresult *r = NULL;
-    int rc = exec(&b->house_conn,
-                  "SELECT (SELECT count(*) FROM chime.keys WHERE end_epoch IS NULL),"
-                  " (SELECT count(*) FROM chime.dead),"
-                  " (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
-                  " JOIN pg_namespace n ON n.oid = c.relnamespace"
-                  " WHERE n.nspname = 'chime' AND c.relkind = 'r')",
-                  &r);
+    int rc = chime__pg_run(&b->house_conn,
+                           "SELECT (SELECT count(*) FROM chime.keys WHERE end_epoch IS NULL),"
+                           " (SELECT count(*) FROM chime.dead),"
+                           " (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)"
+                           " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                           " WHERE n.nspname = 'chime' AND c.relkind = 'r')",
+                           &r);
     if (rc == PG_OK) {
         atomic_store_explicit(&b->count_pending, strtoull(PQgetvalue(r, 0, 0), NULL, 10),
                               memory_order_relaxed); /* statistics: no ordering */
@@ -87,10 +75,10 @@ static int house_round(struct chime__backend *b, uint64_t round, uint64_t *ensur
     if (rc == PG_OK && round % RETIRE_EVERY == RETIRE_EVERY - 1)
         rc = retire(b);
     if (rc == PG_OK && round % CLEAN_EVERY == CLEAN_EVERY - 1)
-        rc = exec(&b->house_conn,
-                  "DELETE FROM chime.leases WHERE acquired < now() - interval '7 days';"
-                  " DELETE FROM chime.nodes WHERE expires < now() - interval '1 day'",
-                  NULL);
+        rc = chime__pg_run(&b->house_conn,
+                           "DELETE FROM chime.leases WHERE acquired < now() - interval '7 days';"
+                           " DELETE FROM chime.nodes WHERE expires < now() - interval '1 day'",
+                           NULL);
     return rc;
 }
 

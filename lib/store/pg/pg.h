@@ -135,8 +135,9 @@ void chime__pg_abandon(struct pg_conn *pc);
 /* What PQexec returns for a query already sent (`sent`: what PQsend* returned), each wait through
  * chime__pg_await: the last result, or NULL if the send or the connection failed. */
 PGresult *chime__pg_result(struct pg_conn *pc, int sent);
-/* PQexec through chime__pg_result (several statements allowed); NULL without a connection. */
-PGresult *chime__pg_query(struct pg_conn *pc, const char *sql);
+/* Run sql (several statements allowed, text results) as PQexec would, through chime__pg_result;
+ * *out (if given) receives the last result on PG_OK. */
+int chime__pg_run(struct pg_conn *pc, const char *sql, PGresult **out);
 /* How long a server may send nothing while a reply is owed (default 90 s). Tests lower it before
  * they open a store; nothing else writes it. */
 extern uint64_t chime__pg_silence_ns;

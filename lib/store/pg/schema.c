@@ -91,20 +91,19 @@ static const char *const create_sql[] = {
 
 int chime__pg_schema_read(struct pg_conn *pc, struct pg_schema *out)
 {
-    PGresult *r = chime__pg_query(pc, "SELECT to_regclass('chime.meta') IS NOT NULL");
-    int rc = chime__pg_status(pc, r);
-    if (rc != PG_OK) {
-        PQclear(r);
+    PGresult *r = NULL;
+    int rc = chime__pg_run(pc, "SELECT to_regclass('chime.meta') IS NOT NULL", &r);
+    if (rc != PG_OK)
         return rc;
-    }
     int exists = PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
     PQclear(r);
     if (!exists)
         return -ENOENT;
-    r = chime__pg_query(pc, "SELECT (SELECT value FROM chime.meta WHERE name = 'schema_version'),"
-                            " (SELECT value FROM chime.meta WHERE name = 'shards'),"
-                            " (SELECT value FROM chime.meta WHERE name = 'partition_ns')");
-    rc = chime__pg_status(pc, r);
+    r = NULL;
+    rc = chime__pg_run(pc, "SELECT (SELECT value FROM chime.meta WHERE name = 'schema_version'),"
+                           " (SELECT value FROM chime.meta WHERE name = 'shards'),"
+                           " (SELECT value FROM chime.meta WHERE name = 'partition_ns')",
+                       &r);
     if (rc == PG_OK) {
         long version = atol(PQgetvalue(r, 0, 0));
         out->shards = (unsigned)strtoul(PQgetvalue(r, 0, 1), NULL, 10);
@@ -113,14 +112,6 @@ int chime__pg_schema_read(struct pg_conn *pc, struct pg_schema *out)
             !out->partition_ns)
             rc = -EPROTO;
     }
-    PQclear(r);
-    return rc;
-}
-
-static int run(struct pg_conn *pc, const char *sql)
-{
-    PGresult *r = chime__pg_query(pc, sql);
-    int rc = chime__pg_status(pc, r);
     PQclear(r);
     return rc;
 }
@@ -135,25 +126,25 @@ int chime__pg_schema_create(struct pg_conn *pc, unsigned shards, uint64_t partit
         return -EEXIST;
     if (rc != -ENOENT)
         return rc;
-    rc = run(pc, "BEGIN");
+    rc = chime__pg_run(pc, "BEGIN", NULL);
     for (size_t i = 0; rc == PG_OK && i < sizeof create_sql / sizeof *create_sql; i++)
-        rc = run(pc, create_sql[i]);
+        rc = chime__pg_run(pc, create_sql[i], NULL);
     char sql[256];
     snprintf(sql, sizeof sql,
              "INSERT INTO chime.meta VALUES ('schema_version', '%d'), ('shards', '%u'),"
              " ('partition_ns', '%" PRIu64 "'), ('created', now()::text)",
              PG_SCHEMA_VERSION, shards, partition_ns);
     if (rc == PG_OK)
-        rc = run(pc, sql);
+        rc = chime__pg_run(pc, sql, NULL);
     snprintf(sql, sizeof sql, "INSERT INTO chime.shards (shard) SELECT generate_series(0, %u)",
              shards - 1);
     if (rc == PG_OK)
-        rc = run(pc, sql);
+        rc = chime__pg_run(pc, sql, NULL);
     if (rc == PG_OK)
-        rc = run(pc, "COMMIT");
+        rc = chime__pg_run(pc, "COMMIT", NULL);
     if (rc != PG_OK) {
         if (rc != PG_LOST)
-            run(pc, "ROLLBACK");
+            chime__pg_run(pc, "ROLLBACK", NULL);
         return rc;
     }
     found->shards = shards;
@@ -176,9 +167,9 @@ static int ensure_one(struct pg_conn *pc, uint64_t width, uint64_t n)
              "BEGIN; SELECT pg_advisory_xact_lock(%d); CREATE TABLE IF NOT EXISTS %s PARTITION OF"
              " chime.timers FOR VALUES FROM (%" PRIu64 ") TO (%s); COMMIT",
              PG_LOCK_PARTITIONS, name, n * width, hi);
-    int rc = run(pc, sql);
+    int rc = chime__pg_run(pc, sql, NULL);
     if (rc != PG_OK && rc != PG_LOST)
-        run(pc, "ROLLBACK");
+        chime__pg_run(pc, "ROLLBACK", NULL);
     return rc;
 }
 
@@ -199,8 +190,8 @@ static int has_pending(struct pg_conn *pc, uint64_t n)
              "SELECT EXISTS (SELECT 1 FROM chime.timers_%" PRIu64 " t JOIN chime.keys k"
              " ON k.key = t.key AND k.version = t.version WHERE k.end_epoch IS NULL)",
              n);
-    PGresult *r = chime__pg_query(pc, sql);
-    int rc = chime__pg_status(pc, r);
+    PGresult *r = NULL;
+    int rc = chime__pg_run(pc, sql, &r);
     int pending = rc == PG_OK && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
     PQclear(r);
     return rc != PG_OK ? rc : pending;
@@ -215,7 +206,7 @@ static int delete_tombstones(struct pg_conn *pc, uint64_t n)
              "DELETE FROM chime.keys k USING chime.timers_%" PRIu64 " t"
              " WHERE k.key = t.key AND k.version = t.version AND k.end_epoch IS NOT NULL",
              n);
-    return run(pc, sql);
+    return chime__pg_run(pc, sql, NULL);
 }
 
 /*
@@ -245,7 +236,7 @@ static int retire_one(struct pg_conn *pc, uint64_t n)
              "BEGIN; SET LOCAL lock_timeout = '100ms';"
              " LOCK TABLE chime.timers_%" PRIu64 " IN ACCESS EXCLUSIVE MODE",
              n);
-    rc = run(pc, sql);
+    rc = chime__pg_run(pc, sql, NULL);
     if (rc == PG_OK) { /* the decision again, under the lock */
         pending = has_pending(pc, n);
         if (pending < 0)
@@ -255,12 +246,12 @@ static int retire_one(struct pg_conn *pc, uint64_t n)
     }
     if (rc == PG_OK && pending == 0) {
         snprintf(sql, sizeof sql, "DROP TABLE chime.timers_%" PRIu64, n);
-        rc = run(pc, sql);
+        rc = chime__pg_run(pc, sql, NULL);
     }
     if (rc == PG_OK)
-        rc = run(pc, pending ? "ROLLBACK" : "COMMIT");
+        rc = chime__pg_run(pc, pending ? "ROLLBACK" : "COMMIT", NULL);
     else if (rc != PG_LOST)
-        run(pc, "ROLLBACK");
+        chime__pg_run(pc, "ROLLBACK", NULL);
     if (rc == PG_OK)
         return pending ? 0 : 1;
     return rc == PG_RETRY ? 0 : rc;
@@ -270,14 +261,13 @@ int chime__pg_partitions_retire(struct pg_conn *pc, const struct pg_schema *sc, 
                                 unsigned *dropped)
 {
     *dropped = 0;
-    PGresult *r = chime__pg_query(pc, "SELECT c.relname FROM pg_inherits i JOIN pg_class c"
-                                      " ON c.oid = i.inhrelid"
-                                      " WHERE i.inhparent = 'chime.timers'::regclass");
-    int rc = chime__pg_status(pc, r);
-    if (rc != PG_OK) {
-        PQclear(r);
+    PGresult *r = NULL;
+    int rc = chime__pg_run(pc, "SELECT c.relname FROM pg_inherits i JOIN pg_class c"
+                               " ON c.oid = i.inhrelid"
+                               " WHERE i.inhparent = 'chime.timers'::regclass",
+                           &r);
+    if (rc != PG_OK)
         return rc;
-    }
     int rows = PQntuples(r);
     uint64_t *ns = malloc((size_t)(rows ? rows : 1) * sizeof *ns);
     int k = 0;
