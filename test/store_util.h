@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,6 +316,40 @@ static inline void store_wait_handlers(chime_store *s)
             return;
         sleep_ms(2); /* a poll, as in store_wait_idle */
     }
+}
+
+/*
+ * Windows. Some checks hold only if a few calls return before a due time: a replace before the due
+ * time it replaces, a cancel before its timer is due. Such a test is a scenario that takes the
+ * window (how far ahead it puts that due time), runs from a fresh state, and returns whether its
+ * calls returned within it; it makes its window-dependent checks only when they did. A run too slow
+ * for the window (valgrind, a loaded machine) says so and runs again with a window four times
+ * longer, up to WINDOW_TRIES times: the checks are the same every time, and a store whose calls
+ * never return in time (one that hangs) still fails.
+ */
+#define WINDOW_FIRST (300 * MS)
+#define WINDOW_TRIES 5 /* 0.3, 1.2, 4.8, 19.2 and 76.8 s */
+
+static inline void in_window(bool (*scenario)(uint64_t window_ns))
+{
+    uint64_t w = WINDOW_FIRST;
+    for (int i = 0; i < WINDOW_TRIES; i++, w *= 4) {
+        if (scenario(w))
+            return;
+        printf("# the calls took longer than the window of %llu ms: again with a longer one\n",
+               (unsigned long long)(w / MS));
+        fflush(stdout);
+    }
+    CHECK(false, "the calls never returned within a window, the last %llu ms long",
+          (unsigned long long)(w / 4 / MS));
+}
+
+/* Whether the calls made so far returned while a timer due at `due` could still be cancelled or
+ * replaced: before its firing can have been recorded, the longest lead ahead of its due time
+ * (include/chime_store.h, lib/store/lead.h). */
+static inline bool in_time(uint64_t due)
+{
+    return wall_ns() + CHIME__LEAD_MAX_NS < due;
 }
 
 /*
