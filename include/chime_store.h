@@ -157,9 +157,10 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  *         -EBADMSG if the journal is damaged other than by a torn tail (a checksum fails, or zeros
  *         are followed by data, in a file or a group commit that had been completely written and
  *         synced, as a later group commit's mark in the log shows; a run is not the length its
- *         header records; a run or segment is missing: run `chime-store verify` on the
- *         directory); -EPROTO if the journal's files are of another format version (written by
- *         chime before 0.2.0's release: there is no migration; nothing is changed); -ENOMEM;
+ *         header records; a run, a segment or the file HEAD is missing, the newest ones
+ *         included: run `chime-store verify` on the directory); -EPROTO if the journal's files
+ *         are of another format version (written by chime before 0.2.0's release: there is no
+ *         migration; nothing is changed); -ENOMEM;
  *         -EIO, -ENOSPC, or another negative errno from the file system (-EACCES, -ENOTDIR, ...);
  *         -ECHILD if a thread could not be started.
  *         With cfg->postgres: -ENOTSUP if this build has no PostgreSQL support (libpq);

@@ -2,9 +2,10 @@
 /*
  * The journal's files as a whole (lib/store/files.h): a file that is lost, or a run cut short or
  * grown, is damage that open must refuse (-EBADMSG, nothing changed on disk) rather than open the
- * journal without the records that file held. The journal under test holds runs 1-1, 2-2 and 3-3
- * and segment 4, each with its own keys; each of its runs is deleted in turn, and one run is cut at
- * every record boundary (where every record before the cut is whole, so only its length tells).
+ * journal without the records that file held: the newest files too, which leave no gap, and HEAD
+ * itself (lib/store/head.h). The journal under test holds runs 1-1, 2-2 and 3-3 and segment 4, each
+ * with its own keys; each of its runs is deleted in turn, and one run is cut at every record
+ * boundary (where every record before the cut is whole, so only its length tells).
  */
 #include "store_util.h"
 
@@ -71,7 +72,7 @@ static void build(void)
         }
         CHECK_EQ(chime__journal_ops.close(b), 0);
     }
-    char got[1024], want[1024] = { 0 };
+    char got[1024], want[1024] = "HEAD\n";
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         strcat(strcat(want, files[i]), "\n");
     listing(dir, got, sizeof got);
@@ -114,9 +115,9 @@ static void fresh_copy(void)
     tmpdir_copy(dir, scratch);
 }
 
-static void the_intact_journal_opens_with_every_key(void)
+/* Open scratch: it opens, with every key. */
+static void opens_with_every_key(void)
 {
-    fresh_copy();
     struct chime_store_config cfg = { .path = scratch };
     struct chime__backend *b;
     CHECK_EQ(chime__journal_ops.open(&b, &cfg, &no_sink), 0);
@@ -124,6 +125,12 @@ static void the_intact_journal_opens_with_every_key(void)
     CHECK_EQ(chime__journal_ops.load(b, 0, UINT64_MAX, count_keys, &n), 0);
     CHECK_EQ(n, SESSIONS * KEYS);
     CHECK_EQ(chime__journal_ops.close(b), 0);
+}
+
+static void the_intact_journal_opens_with_every_key(void)
+{
+    fresh_copy();
+    opens_with_every_key();
 }
 
 static void a_lost_run_refuses_to_open_ebadmsg(void)
@@ -146,6 +153,81 @@ static void every_run_lost_before_a_segment_refuses_to_open_ebadmsg(void)
         free(run);
     }
     refused("runs 1 to 3 lost");
+}
+
+static void unlink_in_scratch(const char *name)
+{
+    char *path = path_in(scratch, name);
+    CHECK(unlink(path) == 0, "unlink %s", path);
+    free(path);
+}
+
+/* The newest files leave no gap in the chain: HEAD names segment 4 (head.h). */
+static void the_newest_files_lost_refuse_to_open_ebadmsg(void)
+{
+    fresh_copy();
+    unlink_in_scratch(files[3]);
+    refused("segment 4 lost");
+    fresh_copy();
+    unlink_in_scratch(files[3]);
+    unlink_in_scratch(files[2]);
+    refused("run 3-3 and segment 4 lost");
+}
+
+static void a_lost_head_refuses_to_open_ebadmsg(void)
+{
+    fresh_copy();
+    unlink_in_scratch("HEAD");
+    refused("HEAD lost");
+}
+
+/* HEAD's two slots: which one is the newer, and what each names. */
+static void head_slots(const char *d, int *newer, uint64_t n[2])
+{
+    char *path = path_in(d, "HEAD");
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0, "%s", path);
+    uint64_t seq[2];
+    for (int i = 0; i < 2; i++) {
+        unsigned char slot[CHIME__HEAD_SLOT];
+        CHECK(pread(fd, slot, sizeof slot, i * CHIME__HEAD_STRIDE) == (ssize_t)sizeof slot, "read");
+        CHECK_EQ(chime__head_slot_decode(slot, &seq[i], &n[i]), 0);
+    }
+    close(fd);
+    free(path);
+    *newer = seq[1] > seq[0];
+}
+
+static void flip_head_slot(int slot)
+{
+    char *path = path_in(scratch, "HEAD");
+    int fd = open(path, O_RDWR);
+    unsigned char c;
+    off_t at = (off_t)slot * CHIME__HEAD_STRIDE + 20; /* in its sequence number */
+    CHECK(fd >= 0 && pread(fd, &c, 1, at) == 1, "%s", path);
+    c ^= 0xff;
+    CHECK(pwrite(fd, &c, 1, at) == 1, "flip");
+    close(fd);
+    free(path);
+}
+
+/* A write of HEAD that a crash tore leaves the other slot, one head older: the journal opens with
+ * every key (the segment the torn write named had no acknowledged record, as far as open can know).
+ * Both slots damaged is a lost HEAD. */
+static void a_torn_head_slot_falls_back_to_the_other(void)
+{
+    int newer;
+    uint64_t n[2];
+    head_slots(dir, &newer, n);
+    CHECK_EQ(n[newer], 4);
+    CHECK_EQ(n[!newer], 3); /* each session's open named its own segment */
+    fresh_copy();
+    flip_head_slot(newer);
+    opens_with_every_key();
+    fresh_copy();
+    flip_head_slot(0);
+    flip_head_slot(1);
+    refused("both of HEAD's slots damaged");
 }
 
 /* Offsets at which run-2-2's records begin, and its size. */
@@ -197,6 +279,10 @@ static const struct tap_test tests[] = {
       every_run_lost_before_a_segment_refuses_to_open_ebadmsg },
     { "a_run_cut_at_a_record_boundary_or_grown_refuses_to_open_ebadmsg",
       a_run_cut_at_a_record_boundary_or_grown_refuses_to_open_ebadmsg },
+    { "the_newest_files_lost_refuse_to_open_ebadmsg",
+      the_newest_files_lost_refuse_to_open_ebadmsg },
+    { "a_lost_head_refuses_to_open_ebadmsg", a_lost_head_refuses_to_open_ebadmsg },
+    { "a_torn_head_slot_falls_back_to_the_other", a_torn_head_slot_falls_back_to_the_other },
 };
 
 int main(void)

@@ -2,7 +2,8 @@
 /*
  * chime-store, the operator's tool (tools/chime-store.c), on a journal this test builds through the
  * API: list (pending by due time), dead, count, and verify on an intact journal, a torn tail, zeros
- * before records in a sealed segment, and a damaged run. The tool's path is the first argument (meson passes it).
+ * before records in a sealed segment, a damaged run, a lost HEAD and a lost run. The tool's path is
+ * the first argument (meson passes it).
  */
 #include "store_util.h"
 
@@ -183,6 +184,26 @@ static void verify_names_a_damaged_run_and_fails(void)
     CHECK_EQ(run_tool("nonsense", out, sizeof out), 2);
 }
 
+/* A lost HEAD: verify says so and fails, and list refuses; with HEAD back, verify no longer says so
+ * (the journal stays damaged by the tests before). */
+static void verify_names_a_lost_head_and_list_refuses(void)
+{
+    char *head, *aside;
+    CHECK(asprintf(&head, "%s/HEAD", dir) >= 0 && asprintf(&aside, "%s/HEAD.aside", dir) >= 0,
+          "asprintf");
+    CHECK(rename(head, aside) == 0, "rename %s", head);
+    char out[4096];
+    CHECK_EQ(run_tool("verify", out, sizeof out), 1);
+    CHECK(strstr(out, "MISSING: HEAD") != NULL, "%s", out);
+    CHECK_EQ(run_tool("list", out, sizeof out), 1);
+    CHECK(strstr(out, "order-1") == NULL, "list printed a journal without HEAD:\n%s", out);
+    CHECK(rename(aside, head) == 0, "rename %s", aside);
+    run_tool("verify", out, sizeof out);
+    CHECK(strstr(out, "MISSING") == NULL, "%s", out);
+    free(head);
+    free(aside);
+}
+
 /* (Runs last: it deletes the run.) A lost run leaves segment 1 in no file: verify names the missing
  * numbers and fails, and list refuses rather than list what is left as if it were all. */
 static void verify_names_a_lost_run_and_list_refuses(void)
@@ -209,6 +230,7 @@ static const struct tap_test tests[] = {
     { "verify_names_zeros_before_records_in_a_sealed_segment_and_fails",
       verify_names_zeros_before_records_in_a_sealed_segment_and_fails },
     { "verify_names_a_damaged_run_and_fails", verify_names_a_damaged_run_and_fails },
+    { "verify_names_a_lost_head_and_list_refuses", verify_names_a_lost_head_and_list_refuses },
     { "verify_names_a_lost_run_and_list_refuses", verify_names_a_lost_run_and_list_refuses },
 };
 

@@ -23,6 +23,7 @@
 static char *dir, *scratch;
 static unsigned char *segment; /* the newest segment, as written */
 static uint64_t seg_size;
+static unsigned char head[2 * CHIME__HEAD_STRIDE]; /* HEAD, as written: it names segment 1 */
 static uint64_t rec_start[N], rec_end[N]; /* put i's record; its group commit's MARK follows it */
 static uint64_t written;                  /* the end of the last MARK: what the writer wrote */
 
@@ -35,8 +36,9 @@ static char *path_in(const char *d, const char *name)
     return p;
 }
 
-/* A journal in `dir` whose only file but LOCK is wal-1 with N puts, keys k0..k39, far in the future
- * (CHIME_SYNC_EACH: each put its own commit, so each record is whole on disk before the next). */
+/* A journal in `dir` whose only files but LOCK and HEAD are wal-1 with N puts, keys k0..k39, far in
+ * the future (CHIME_SYNC_EACH: each put its own commit, so each record is whole on disk before the
+ * next). */
 static void build(void)
 {
     dir = tmpdir_make("torn");
@@ -57,8 +59,13 @@ static void build(void)
     }
     CHECK_EQ(chime__journal_ops.close(b), 0);
 
+    char *head_path = path_in(dir, "HEAD");
+    int fd = open(head_path, O_RDONLY);
+    CHECK(fd >= 0 && pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head, "HEAD");
+    close(fd);
+    free(head_path);
     char *wal = path_in(dir, "wal-0000000000000001.log");
-    int fd = open(wal, O_RDONLY);
+    fd = open(wal, O_RDONLY);
     CHECK(fd >= 0, "the segment is there");
     struct stat st;
     fstat(fd, &st);
@@ -116,8 +123,13 @@ static char *damaged_copy(uint64_t bytes, uint64_t size, uint64_t flip, uint64_t
 {
     tmpdir_remove(scratch);
     mkdir(scratch, 0755);
+    char *head_path = path_in(scratch, "HEAD");
+    int fd = open(head_path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    CHECK(fd >= 0 && pwrite(fd, head, sizeof head, 0) == (ssize_t)sizeof head, "HEAD");
+    close(fd);
+    free(head_path);
     char *wal = path_in(scratch, "wal-0000000000000001.log");
-    int fd = open(wal, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    fd = open(wal, O_CREAT | O_WRONLY | O_TRUNC, 0644);
     CHECK(fd >= 0, "create");
     CHECK(pwrite(fd, segment, bytes, 0) == (ssize_t)bytes, "write");
     if (flip != UINT64_MAX) {

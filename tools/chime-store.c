@@ -266,6 +266,10 @@ static int cmd_verify(int dir)
         printf("MISSING: segments %" PRIu64 " to %" PRIu64 " are in no file (a run or segment was "
                "lost, and its records with it)\n", f.missing.lo, f.missing.hi);
         damaged = 1;
+    } else if (f.chain == CHIME__CHAIN_HEADLESS) {
+        printf("MISSING: HEAD, which names the newest segment, is lost or holds no whole slot (the "
+               "loss of the newest files could not be told)\n");
+        damaged = 1;
     } else if (f.chain == CHIME__CHAIN_OVERLAP) {
         printf("OVERLAP: the runs from segments %" PRIu64 " and %" PRIu64 " overlap and neither "
                "contains the other (no crash leaves that)\n", f.missing.lo, f.missing.hi);

@@ -8,6 +8,7 @@
 
 #include "store/format.h"
 #include "store/grow.h"
+#include "store/head.h"
 #include "store/io.h"
 
 struct listing {
@@ -67,6 +68,9 @@ static uint64_t follow(struct chime__journal_files *f, uint64_t expect, uint64_t
 int chime__journal_files_list(int dir, struct chime__journal_files *f, int drop_tmp)
 {
     memset(f, 0, sizeof *f);
+    int head = chime__head_read(dir, &f->head);
+    if (head && head != -ENOENT && head != -EBADMSG)
+        return head;
     struct listing l = { .f = f, .dir = dir, .drop_tmp = drop_tmp };
     int err = chime__io_list(dir, list_one, &l);
     if (err)
@@ -113,6 +117,15 @@ int chime__journal_files_list(int dir, struct chime__journal_files *f, int drop_
         expect = follow(f, expect, f->runs[i].lo, f->runs[i].hi);
     for (size_t i = 0; i < f->nsegs; i++)
         expect = follow(f, expect, f->segs[i], f->segs[i]);
+    if (head) { /* no whole HEAD: fine in a journal with no file yet, a lost file otherwise */
+        f->head = 0;
+        int files = f->nruns || f->nsegs || f->ngone_runs || f->ngone_segs;
+        if (files && f->chain == CHIME__CHAIN_WHOLE)
+            f->chain = CHIME__CHAIN_HEADLESS;
+    } else if (f->head >= expect && f->chain == CHIME__CHAIN_WHOLE) { /* the newest are lost */
+        f->chain = CHIME__CHAIN_GAP;
+        f->missing = (struct chime__range){ expect, f->head };
+    }
     return 0;
 }
 

@@ -11,8 +11,9 @@
  * are ever deleted without a run to replace them (after which the log reuses their numbers). So a
  * number no live file covers is a file that was lost (deleted by hand, a damaged directory), and its
  * records with it: open refuses the journal rather than open it without them. A run's own length is
- * in its header (format.md), so a run cut short is refused too. What the chain cannot tell is the
- * loss of the newest file of all: nothing after it names it.
+ * in its header (format.md), so a run cut short is refused too. The loss of the newest files, which
+ * leaves no gap, is told by the head (head.h): a number in HEAD above every number covered. A
+ * journal with files but no whole HEAD has lost that file too.
  *
  * Not thread-safe; reads the directory only (the caller deletes what it decides to).
  */
@@ -37,17 +38,26 @@ struct chime__journal_files {
     size_t ngone_segs;
     /* The first damage to the chain, if any: a run overlapping the one before it, or numbers no
      * live file covers. */
-    enum { CHIME__CHAIN_WHOLE, CHIME__CHAIN_OVERLAP, CHIME__CHAIN_GAP } chain;
-    struct chime__range missing;    /* CHIME__CHAIN_GAP: the first numbers no file covers;
+    enum {
+        CHIME__CHAIN_WHOLE,
+        CHIME__CHAIN_OVERLAP,
+        CHIME__CHAIN_GAP,
+        CHIME__CHAIN_HEADLESS, /* files, but no whole HEAD (head.h) */
+    } chain;
+    struct chime__range missing;    /* CHIME__CHAIN_GAP: the first numbers no file covers (up to
+                                       the head's when the newest are lost);
                                        CHIME__CHAIN_OVERLAP: the two runs' lo numbers */
+    uint64_t head;                  /* HEAD's number (head.h); 0 when there is no whole HEAD */
 };
 
 /*
- * List directory dir into f (which chime__journal_files_free frees, whatever the return). *.tmp
- * files (runs a crash left before their rename) are no part of it; with drop_tmp they are deleted
- * as they are found (open does; the tool leaves them).
+ * List directory dir into f (which chime__journal_files_free frees, whatever the return), HEAD read
+ * first (files are only ever added above the head it held). *.tmp files (runs a crash left before
+ * their rename) are no part of it; with drop_tmp they are deleted as they are found (open does; the
+ * tool leaves them).
  * Return: 0 (f->chain says whether the chain is whole); -EBADMSG a file is named as a run the
- * journal never names one (lo 0 or above hi); -ENOMEM; an error of the listing or of a deletion.
+ * journal never names one (lo 0 or above hi); -EPROTO HEAD is of another format version; -ENOMEM;
+ * an error of the listing, of reading HEAD or of a deletion.
  */
 int chime__journal_files_list(int dir, struct chime__journal_files *f, int drop_tmp);
 void chime__journal_files_free(struct chime__journal_files *f);

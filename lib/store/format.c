@@ -11,6 +11,7 @@
 
 static const char magic_wal[8] = { 'c', 'h', 'i', 'm', 'e', 'W', 'A', 'L' };
 static const char magic_run[8] = { 'c', 'h', 'i', 'm', 'e', 'R', 'U', 'N' };
+static const char magic_head[8] = { 'c', 'h', 'i', 'm', 'e', 'H', 'E', 'D' };
 
 /* Little-endian stores and loads at any alignment. */
 static void put16(unsigned char *p, uint16_t v)
@@ -189,6 +190,32 @@ int chime__header_decode(const void *src, struct chime__file_header *h)
     if (h->lo > h->hi || (!h->run && (h->lo != h->hi || h->salt == 0)) ||
         (h->run && (h->size < CHIME__FILE_HEADER || h->size % 8)))
         return -EBADMSG;
+    return 0;
+}
+
+void chime__head_slot_encode(void *dst, uint64_t seq, uint64_t n)
+{
+    unsigned char *p = dst;
+    memcpy(p, magic_head, 8);
+    put32(p + 8, CHIME__FORMAT_VERSION);
+    put32(p + 12, 0);
+    put64(p + 16, seq);
+    put64(p + 24, n);
+    put32(p + 32, chime__crc_mask(chime__crc32c(0, p, 32)));
+    put32(p + 36, 0);
+}
+
+int chime__head_slot_decode(const void *src, uint64_t *seq, uint64_t *n)
+{
+    const unsigned char *p = src;
+    if (chime__crc_mask(chime__crc32c(0, p, 32)) != get32(p + 32) || memcmp(p, magic_head, 8))
+        return -EBADMSG;
+    if (get32(p + 8) != CHIME__FORMAT_VERSION)
+        return -EPROTO;
+    if (get32(p + 12) != 0 || get32(p + 36) != 0)
+        return -EBADMSG;
+    *seq = get64(p + 16);
+    *n = get64(p + 24);
     return 0;
 }
 

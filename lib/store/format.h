@@ -80,6 +80,17 @@ void chime__header_encode(void *dst, const struct chime__file_header *h);
  * -EBADMSG if they are not a whole header. */
 int chime__header_decode(const void *src, struct chime__file_header *h);
 
+/* ---- HEAD's slots (format.md, "HEAD"; head.c writes and reads them) ---- */
+
+#define CHIME__HEAD_SLOT 40           /* bytes of a slot */
+#define CHIME__HEAD_STRIDE 4096       /* slot i is at offset i * CHIME__HEAD_STRIDE */
+
+/* Write the slot of sequence number seq holding head n at dst (CHIME__HEAD_SLOT bytes). */
+void chime__head_slot_encode(void *dst, uint64_t seq, uint64_t n);
+/* Return: 0 and *seq, *n; -EPROTO if the slot is whole but of another format version; -EBADMSG if
+ * it is not whole (never written, or a write a crash tore). */
+int chime__head_slot_decode(const void *src, uint64_t *seq, uint64_t *n);
+
 /* ---- a segment's MARKs (format.md, "Records"; wal.c writes them, the reader checks them) ---- */
 
 struct chime__batch_mark {

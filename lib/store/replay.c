@@ -5,7 +5,8 @@
  * 1. Sort out the files (files.h). *.tmp files are dropped: a run not yet renamed. A run whose range
  *    another run's contains is set aside: a merge's input that a crash left behind. The other runs
  *    must not overlap. Segments a run covers are set aside: flushed, not yet deleted. The runs and
- *    the remaining segments must cover every segment number from 1 on: a gap is a lost file.
+ *    the remaining segments must cover every segment number from 1 on, up to the head (head.h) at
+ *    least: a gap is a lost file.
  * 2. Read every run, oldest first, checking every record and its length, and rebuild the key index
  *    from them. Only then delete what step 1 set aside: a damaged run fails the open with the files
  *    it replaced still there.
@@ -18,8 +19,9 @@
  *    is the torn tail, what a crash cut of the last batch: everything before it counts, it and
  *    everything after it do not (format.md, "The reader's rules").
  * 4. Flush every segment into a run, the torn one up to its last whole record, and delete it; the
- *    newest ones that hold no whole record are just deleted, and the log starts afresh at the first
- *    of their numbers (a restart of an idle store adds no file).
+ *    newest ones that hold no whole record are just deleted, once the head (head.h) is lowered to
+ *    the last one kept, and the log starts afresh at the first of their numbers (a restart of an
+ *    idle store adds no file).
  *
  * The index is order-independent (index.h, rebuild), so step 3 may read segments after runs even
  * where a run holds records older than a KILL in a segment. Versions restart above every version and
@@ -32,6 +34,7 @@
 
 #include "store/files.h"
 #include "store/grow.h"
+#include "store/head.h"
 #include "store/io.h"
 #include "store/journal.h"
 #include "store/reader.h"
@@ -261,6 +264,17 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
         err = chime__journal_flush_segments(j, l.segs[i], count, valid + i);
         i += count;
     }
+    uint64_t last = keep ? l.segs[keep - 1] : l.nruns ? l.runs[l.nruns - 1].hi : 0;
+    if (!err && keep < l.nsegs && l.head > last) {
+        /* The head may name a segment about to go: lower it first (head.h, THE RULE), or a crash
+         * between the two would leave a head above every file, which reads as a lost one. */
+        struct chime__head h;
+        err = chime__head_open(j->dir, last, &h);
+        if (!err) {
+            err = chime__head_set(&h, last);
+            chime__head_close(&h);
+        }
+    }
     for (size_t i = l.nsegs; !err && i > keep; i--) { /* (none on error: keep is 0 then) */
         char name[CHIME__NAME_MAX];
         chime__wal_name(name, l.segs[i - 1]);
@@ -268,7 +282,6 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
     }
     if (!err && keep < l.nsegs)
         err = chime__io_fsync(j->dir);
-    uint64_t last = keep ? l.segs[keep - 1] : l.nruns ? l.runs[l.nruns - 1].hi : 0;
     *first_segment = last + 1;
     *next_version = rb.next_version;
     free(valid);
