@@ -60,9 +60,11 @@ static const char *const create_sql[] = {
     "CREATE SEQUENCE chime.versions CACHE 1",
     "COMMENT ON SEQUENCE chime.versions IS 'each statement that writes timers draws one value n; "
     "its i-th row (from 1) gets version n * 4096 + i'",
+    /* fillfactor 50: a key's row is updated twice per timer (firing, then end); with room on its
+     * page an update is HOT, no new index entry (docs/design.md, "The schema"). */
     "CREATE TABLE chime.keys (key bytea PRIMARY KEY, version bigint NOT NULL, part bigint NOT NULL,"
     " shard int NOT NULL, attempt int NOT NULL, fire_epoch bigint NOT NULL DEFAULT 0,"
-    " end_epoch bigint, ended_at timestamptz) WITH (fillfactor = 75)",
+    " end_epoch bigint, ended_at timestamptz) WITH (fillfactor = 50)",
     "COMMENT ON TABLE chime.keys IS 'each key''s latest version: pending while end_epoch IS NULL "
     "(firing if fire_epoch <> 0); end_epoch 0 = cancelled, else the epoch that acknowledged or "
     "buried it'",
