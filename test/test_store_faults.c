@@ -90,8 +90,6 @@ static void cancel_the_ten_acknowledged(chime_store *s)
     }
 }
 
-/* An I/O error: the call that met it and every later one fail; nothing more is fired; a reopen finds
- * everything acknowledged before. */
 static enum chime__io_op failing_op; /* io_error_in's */
 
 /* A timer due at now + window, then the fault: if the failing put returned within the window, the
@@ -138,6 +136,8 @@ static bool io_error_in(uint64_t window)
     return true;
 }
 
+/* An I/O error: the call that met it and every later one fail; nothing more is fired; a reopen finds
+ * everything acknowledged before. */
 static void io_error_fails_for_good_and_loses_nothing_acknowledged(enum chime__io_op op)
 {
     failing_op = op;
