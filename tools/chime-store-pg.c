@@ -160,7 +160,14 @@ int chime_store_pg_main(const char *conninfo, int argc, char **argv)
 {
     if (argc < 1)
         return 2;
-    PGconn *c = PQconnectdb(conninfo);
+    /* The library's defaults for a server that is gone (keepalives, tcp_user_timeout), none of its
+     * statement timeout: a list of millions of timers may take the server longer. A server that is
+     * up but stuck keeps the tool waiting, as psql would: interrupt it. */
+    PGconn *c = chime__pg_connectdb(conninfo, "chime-store");
+    if (!c) {
+        fprintf(stderr, "chime-store: out of memory\n");
+        return 1;
+    }
     if (PQstatus(c) != CONNECTION_OK) {
         fprintf(stderr, "chime-store: %s", PQerrorMessage(c));
         PQfinish(c);

@@ -166,18 +166,23 @@ static void quiet(void *arg, const char *message)
     (void)message;
 }
 
-int chime__pg_connect(struct pg_conn *pc)
+PGconn *chime__pg_connectdb(const char *conninfo, const char *app)
 {
-    char app[128], set[200];
-    snprintf(app, sizeof app, "chime %s %s", pc->node ? pc->node : "-", pc->role);
     /* Our defaults for a lost server (DEAD PEERS), then the caller's string over them
      * (expand_dbname: keywords are applied in order, the last value of one stays), then
      * application_name on top of it. */
     const char *keys[] = { "connect_timeout", "keepalives", "keepalives_idle",
                            "keepalives_interval", "keepalives_count", "tcp_user_timeout",
                            "dbname", "application_name", NULL };
-    const char *vals[] = { "10", "1", "5", "2", "3", "75000", pc->conninfo, app, NULL };
-    pc->c = PQconnectdbParams(keys, vals, 1);
+    const char *vals[] = { "10", "1", "5", "2", "3", "75000", conninfo, app, NULL };
+    return PQconnectdbParams(keys, vals, 1);
+}
+
+int chime__pg_connect(struct pg_conn *pc)
+{
+    char app[128], set[200];
+    snprintf(app, sizeof app, "chime %s %s", pc->node ? pc->node : "-", pc->role);
+    pc->c = chime__pg_connectdb(pc->conninfo, app);
     pc->prepared = 0;
     if (!pc->c)
         return -ENOMEM;

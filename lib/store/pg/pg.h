@@ -120,6 +120,9 @@ struct pg_conn {
     int prepared;              /* bit per prepared statement (the caller's numbering) */
 };
 
+/* PQconnectdbParams with conninfo over the defaults for a lost server (conn.c, DEAD PEERS), and
+ * application_name app. What libpq returns (NULL: out of memory). */
+PGconn *chime__pg_connectdb(const char *conninfo, const char *app);
 int chime__pg_connect(struct pg_conn *pc);          /* 0; PG_LOST if unreachable; -EINVAL */
 void chime__pg_disconnect(struct pg_conn *pc);
 /* Connect again until it works or *stop becomes nonzero (then PG_LOST). Sleeps between tries. */
