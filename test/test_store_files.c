@@ -133,33 +133,28 @@ static void the_intact_journal_opens_with_every_key(void)
     opens_with_every_key();
 }
 
+static void unlink_in_scratch(const char *name)
+{
+    char *path = path_in(scratch, name);
+    CHECK(unlink(path) == 0, "unlink %s", path);
+    free(path);
+}
+
 static void a_lost_run_refuses_to_open_ebadmsg(void)
 {
     for (int k = 0; k < 3; k++) { /* each run in turn: the first, one between runs, the last */
         fresh_copy();
-        char *run = path_in(scratch, files[k]);
-        CHECK(unlink(run) == 0, "unlink %s", run);
+        unlink_in_scratch(files[k]);
         refused(files[k]);
-        free(run);
     }
 }
 
 static void every_run_lost_before_a_segment_refuses_to_open_ebadmsg(void)
 {
     fresh_copy(); /* segment 4 alone: segments 1 to 3 are in no file */
-    for (int k = 0; k < 3; k++) {
-        char *run = path_in(scratch, files[k]);
-        CHECK(unlink(run) == 0, "unlink %s", run);
-        free(run);
-    }
+    for (int k = 0; k < 3; k++)
+        unlink_in_scratch(files[k]);
     refused("runs 1 to 3 lost");
-}
-
-static void unlink_in_scratch(const char *name)
-{
-    char *path = path_in(scratch, name);
-    CHECK(unlink(path) == 0, "unlink %s", path);
-    free(path);
 }
 
 /* The newest files leave no gap in the chain: HEAD names segment 4 (head.h). */

@@ -265,9 +265,7 @@ int chime__pg_prepare(struct pg_conn *pc, int id, const char *name, const char *
 {
     if (pc->prepared & (1 << id))
         return PG_OK;
-    PGresult *r = chime__pg_result(pc, PQsendPrepare(pc->c, name, sql, 0, NULL));
-    int rc = chime__pg_status(pc, r);
-    PQclear(r);
+    int rc = settle(pc, chime__pg_result(pc, PQsendPrepare(pc->c, name, sql, 0, NULL)), NULL);
     if (rc == PG_OK)
         pc->prepared |= 1 << id;
     return rc;
