@@ -412,11 +412,15 @@ CHIME_API void chime_store_stats(const chime_store *s, struct chime_store_stats 
 {
     if (!s || !out)
         return;
+    /* running first, acquire: pairs with handler_ended's release decrements (fire.c), so a count
+     * of handlers that are over is read with their outcomes already in the tally below; read after
+     * it, a 0 could follow a tally that missed them. */
+    uint64_t running = atomic_load_explicit(&s->running, memory_order_acquire);
     struct chime__backend_stats b = { 0, 0, 0 };
     s->ops->stats(s->b, &b);
     chime__store_tally(s, out);
     out->pending = b.pending;
-    out->running = atomic_load_explicit(&s->running, memory_order_relaxed);
+    out->running = running;
     out->dead = b.dead;
     out->journal_bytes = b.bytes;
     out->error = atomic_load_explicit(&s->error, memory_order_relaxed);
