@@ -389,6 +389,94 @@ static void dead_letters_survive_a_restart_and_can_be_requeued_and_dropped(void)
     CHECK_EQ(chime_store_close(s), 0);
 }
 
+/*
+ * A burst: BURST timers due at once, their handlers run one after another on the advancing thread
+ * (no workers). While more than a few dozen firings are outstanding, the store queues their
+ * acknowledgements and records them in groups (lib/store/acks.c); these tests hold it to the rules
+ * a handler that returned 0 has always had.
+ */
+#define BURST 1000
+
+static chime_store *burst_store;
+static _Atomic int burst_sync = 1;
+static struct chime_store_stats burst_seen;
+static char burst_first[16];
+
+/* The first handler puts its key again, so that its acknowledgement, which may wait in the queue,
+ * must not end the new firing. The BURST-th handler syncs and looks at what is recorded: the
+ * handlers before it have all returned (one thread runs them). */
+static int64_t burst_reply(struct recorder *r, const struct chime_fire *f)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t before = r->n; /* handlers that have returned: recorder_handler counts after the reply */
+    pthread_mutex_unlock(&r->lock);
+    if (before == 0) { /* the first handler: its key again */
+        CHECK(f->key_len < sizeof burst_first, "key length %zu", f->key_len);
+        memcpy(burst_first, f->key, f->key_len);
+        CHECK_EQ(put(burst_store, burst_first, "again", 0), 0);
+    }
+    if (before == BURST - 1) {
+        atomic_store(&burst_sync, chime_store_sync(burst_store));
+        chime_store_stats(burst_store, &burst_seen);
+    }
+    return 0;
+}
+
+/* Put BURST timers ten minutes ahead by a fake clock, then step it: all due at once. */
+static chime_store *burst_begin(int64_t (*reply)(struct recorder *, const struct chime_fire *))
+{
+    fresh();
+    rec.reply = reply;
+    atomic_store(&fake_offset, 0);
+    chime__store_set_clock(fake_wall);
+    struct chime_store_config cfg = { .sync = CHIME_SYNC_INTERVAL };
+    chime_store *s = open_store(&cfg);
+    burst_store = s;
+    uint64_t due = fake_wall() + 600 * SEC;
+    for (int i = 0; i < BURST; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "b%d", i);
+        CHECK_EQ(put(s, key, "x", due), 0);
+    }
+    fake_step(s, (int64_t)(700 * SEC));
+    return s;
+}
+
+static void a_burst_s_acknowledgements_are_recorded_before_a_sync_returns(void)
+{
+    chime_store *s = burst_begin(burst_reply);
+    recorder_wait(&rec, BURST + 1); /* and the first key once more */
+    /* No firing starts from here on. Read the statistics without a pause while the last groups are
+     * recorded: once they say no handler runs, their counts must say every one was acknowledged. */
+    struct chime_store_stats st;
+    do
+        chime_store_stats(s, &st);
+    while (st.running);
+    CHECK_EQ(st.acked, BURST + 1);
+    chime__store_set_clock(NULL);
+    CHECK_EQ(atomic_load(&burst_sync), 0);
+    /* Every handler that had returned when the BURST-th one synced was recorded by then. */
+    CHECK_EQ(burst_seen.acked, BURST - 1);
+    CHECK_EQ(st.pending, 0);
+    CHECK_EQ(recorder_count_key(&rec, burst_first), 2);
+    CHECK(!atomic_load(&rec.early), "a handler ran before its due time");
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
+static void a_burst_closed_at_once_keeps_its_acknowledgements(void)
+{
+    chime_store *s = burst_begin(NULL);
+    recorder_wait(&rec, BURST);
+    CHECK_EQ(chime_store_close(s), 0); /* acknowledgements may be queued: close records them */
+    chime__store_set_clock(NULL);
+    s = open_store(&(struct chime_store_config){ .sync = CHIME_SYNC_INTERVAL });
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    CHECK_EQ(recorder_count(&rec), BURST); /* nothing fired again */
+}
+
 static const struct tap_test tests[] = {
     { "a_put_fires_once_at_its_due_time_never_before",
       a_put_fires_once_at_its_due_time_never_before },
@@ -411,6 +499,10 @@ static const struct tap_test tests[] = {
       after_max_attempts_a_timer_goes_to_the_dead_letters },
     { "dead_letters_survive_a_restart_and_can_be_requeued_and_dropped",
       dead_letters_survive_a_restart_and_can_be_requeued_and_dropped },
+    { "a_burst_s_acknowledgements_are_recorded_before_a_sync_returns",
+      a_burst_s_acknowledgements_are_recorded_before_a_sync_returns },
+    { "a_burst_closed_at_once_keeps_its_acknowledgements",
+      a_burst_closed_at_once_keeps_its_acknowledgements },
 };
 
 int main(void)

@@ -33,6 +33,7 @@
  * unless a put replaced it meanwhile); > 0 puts the same key again at now + delay with attempt
  * kept, only if it is still this version (else the newer put wins); a negative value, or a retry
  * past max_attempts, buries it. Then a newer firing of the key that was held back is released.
+ * In a burst, acknowledgements are queued and recorded in groups (acks.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -178,8 +179,7 @@ static void handler_ended(struct chime_store *s)
     pthread_mutex_unlock(&s->dlock);
 }
 
-/* Record what the handler of e returned. */
-static void finish(struct chime_store *s, struct hot *e, int64_t rc)
+void chime__store_finish(struct chime_store *s, struct hot *e, int64_t rc)
 {
     struct hot_stripe *st = chime__store_stripe(s, e->hash);
     const void *key = e->data, *payload = e->data + e->key_len;
@@ -276,7 +276,9 @@ static void run_handler(void *arg)
     tls_handler_store = s;
     int64_t rc = s->handler(s->ctx, &f);
     tls_handler_store = NULL;
-    finish(s, e, rc);
+    if (rc == 0 && chime__store_ack_later(s, e))
+        return; /* in a burst: recorded with others (acks.c) */
+    chime__store_finish(s, e, rc);
 }
 
 /* Record the firings of a batch taken from the queue and hand out their handlers. */

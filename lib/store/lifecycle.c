@@ -133,6 +133,7 @@ static void free_store(struct chime_store *s)
     pthread_mutex_destroy(&s->dlock);
     pthread_cond_destroy(&s->dwork);
     pthread_cond_destroy(&s->didle);
+    chime__store_acks_destroy(s);
     free((char *)s->cfg.path);
     free(s);
 }
@@ -180,6 +181,7 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
     pthread_cond_init(&s->dwork, &ca);
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&s->didle, NULL);
+    err = chime__store_acks_init(s);
     for (int i = 0; i < HOT_STRIPES; i++) {
         chime__short_lock_init(&s->stripes[i].lock);
         s->stripes[i].nbuckets = 16;

@@ -127,6 +127,15 @@ struct chime_store {
     uint64_t tokens_at;            /* CLOCK_MONOTONIC when last refilled */
     struct chime__lead lead;       /* how long before its due time a firing is recorded (lead.h) */
 
+    /* acknowledgements queued in a burst (acks.c) */
+    struct {
+        pthread_mutex_t aqlock;    /* the queue */
+        struct hot *head, *tail;   /* RUNNING entries whose handler returned 0, through qnext */
+        int armed;                 /* a flush is scheduled on the runtime */
+        pthread_mutex_t alock;     /* held while a taken queue is recorded */
+        struct hot *marker;        /* the flush timer's argument: an entry in no table */
+    } acks;
+
     /* Handlers dispatched and not finished: only the decrement to 0 takes dlock (fire.c,
      * handler_ended); on its own line, since the dispatcher and the finishers both change it. */
     _Alignas(64) _Atomic uint64_t running;
@@ -190,9 +199,21 @@ void chime__store_abandon(struct chime_store *s, struct hot *e);
  * stepped), or take it back if the store is closing and it is not due within the lead. Stripe
  * locked. Return: nonzero if it must be abandoned (after unlocking the stripe). */
 int chime__store_reschedule_handler(struct chime_store *s, struct hot *e);
+/* Record what e's handler returned (rc: as chime_handler's): outcome, unlink, free e, count it out
+ * of `running`. Takes e's stripe lock. */
+void chime__store_finish(struct chime_store *s, struct hot *e, int64_t rc);
 int chime__store_start_dispatcher(struct chime_store *s);
 void chime__store_stop_dispatcher(struct chime_store *s);
 int chime__store_in_handler(const struct chime_store *s);
+
+/* acks.c: acknowledgements queued and recorded in groups during a burst */
+int chime__store_acks_init(struct chime_store *s);     /* Return: 0; -ENOMEM */
+void chime__store_acks_destroy(struct chime_store *s); /* after the runtime has stopped */
+/* e's handler returned 0: queue its acknowledgement if a burst is on. Return: 1 if queued (the
+ * store records it later), 0 if the caller must record it now (chime__store_finish). */
+int chime__store_ack_later(struct chime_store *s, struct hot *e);
+/* Record every queued acknowledgement, and wait for those another thread is recording. */
+void chime__store_acks_flush(struct chime_store *s);
 
 /* keeper.c */
 uint64_t chime__store_wall(void);
