@@ -422,20 +422,22 @@ static int64_t burst_reply(struct recorder *r, const struct chime_fire *f)
     return 0;
 }
 
-/* Put BURST timers ten minutes ahead by a fake clock, then step it: all due at once. */
-static chime_store *burst_begin(int64_t (*reply)(struct recorder *, const struct chime_fire *))
+/* Put n timers, <prefix><i>, ten minutes ahead by a fake clock, then step it: all due at once. */
+static chime_store *burst_begin(int64_t (*reply)(struct recorder *, const struct chime_fire *),
+                                unsigned workers, int n, char prefix)
 {
     fresh();
     rec.reply = reply;
     atomic_store(&fake_offset, 0);
     chime__store_set_clock(fake_wall);
     struct chime_store_config cfg = { .sync = CHIME_SYNC_INTERVAL };
+    cfg.runtime.workers = workers;
     chime_store *s = open_store(&cfg);
     burst_store = s;
     uint64_t due = fake_wall() + 600 * SEC;
-    for (int i = 0; i < BURST; i++) {
+    for (int i = 0; i < n; i++) {
         char key[16];
-        snprintf(key, sizeof key, "b%d", i);
+        snprintf(key, sizeof key, "%c%d", prefix, i);
         CHECK_EQ(put(s, key, "x", due), 0);
     }
     fake_step(s, (int64_t)(700 * SEC));
@@ -444,7 +446,7 @@ static chime_store *burst_begin(int64_t (*reply)(struct recorder *, const struct
 
 static void a_burst_s_acknowledgements_are_recorded_before_a_sync_returns(void)
 {
-    chime_store *s = burst_begin(burst_reply);
+    chime_store *s = burst_begin(burst_reply, 0, BURST, 'b');
     recorder_wait(&rec, BURST + 1); /* and the first key once more */
     /* No firing starts from here on. Read the statistics without a pause while the last groups are
      * recorded: once they say no handler runs, their counts must say every one was acknowledged. */
@@ -465,7 +467,7 @@ static void a_burst_s_acknowledgements_are_recorded_before_a_sync_returns(void)
 
 static void a_burst_closed_at_once_keeps_its_acknowledgements(void)
 {
-    chime_store *s = burst_begin(NULL);
+    chime_store *s = burst_begin(NULL, 0, BURST, 'b');
     recorder_wait(&rec, BURST);
     CHECK_EQ(chime_store_close(s), 0); /* acknowledgements may be queued: close records them */
     chime__store_set_clock(NULL);
@@ -475,6 +477,75 @@ static void a_burst_closed_at_once_keeps_its_acknowledgements(void)
     CHECK_EQ(st.pending, 0);
     CHECK_EQ(chime_store_close(s), 0);
     CHECK_EQ(recorder_count(&rec), BURST); /* nothing fired again */
+}
+
+/* Keys w<i>: a third cancelled, a third put again at once, while the burst fires on 4 workers. */
+#define MIXED 2000
+
+static _Atomic int mixed_cancelled[MIXED], mixed_again[MIXED];
+
+static void *mixed_caller(void *arg)
+{
+    int first = (int)(intptr_t)arg;
+    for (int i = first; i < first + MIXED / 2; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "w%d", i);
+        if (i % 3 == 0) {
+            int rc = cancel(burst_store, key);
+            CHECK(rc == 0 || rc == -EINPROGRESS || rc == -ENOENT, "cancel %s: %d", key, rc);
+            atomic_store(&mixed_cancelled[i], rc == 0);
+        } else if (i % 3 == 1) {
+            CHECK_EQ(put(burst_store, key, "again", 0), 0);
+            atomic_store(&mixed_again[i], 1);
+        }
+        if (i % 100 == 99)
+            CHECK_EQ(chime_store_sync(burst_store), 0);
+    }
+    return NULL;
+}
+
+/* How many firings of key carried payload. */
+static size_t fired_with(const char *key, const char *payload)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&rec.lock);
+    for (size_t i = 0; i < rec.n; i++)
+        n += strcmp(rec.f[i].key, key) == 0 && strcmp(rec.f[i].payload, payload) == 0;
+    pthread_mutex_unlock(&rec.lock);
+    return n;
+}
+
+static void a_burst_on_workers_beside_puts_cancels_and_syncs_loses_nothing(void)
+{
+    chime_store *s = burst_begin(NULL, 4, MIXED, 'w');
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++)
+        CHECK_EQ(pthread_create(&th[t], NULL, mixed_caller, (void *)(intptr_t)(t * MIXED / 2)),
+                 0);
+    for (int t = 0; t < 2; t++)
+        pthread_join(th[t], NULL);
+    store_wait_idle(s);
+    chime__store_set_clock(NULL);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.acked, recorder_count(&rec)); /* every handler returned 0 */
+    for (int i = 0; i < MIXED; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "w%d", i);
+        size_t x = fired_with(key, "x"), again = fired_with(key, "again");
+        if (atomic_load(&mixed_cancelled[i]))
+            CHECK(x == 0 && again == 0, "%s was cancelled and fired", key);
+        else if (atomic_load(&mixed_again[i]))
+            CHECK(x <= 1 && again == 1, "%s fired %zu, %zu times", key, x, again);
+        else
+            CHECK(x == 1 && again == 0, "%s fired %zu, %zu times", key, x, again);
+    }
+    CHECK(!atomic_load(&rec.early), "a handler ran before its due time");
+    CHECK_EQ(chime_store_close(s), 0);
+    s = open_store(&(struct chime_store_config){ .sync = CHIME_SYNC_INTERVAL });
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 0); /* every acknowledgement reached the disk by close */
+    CHECK_EQ(chime_store_close(s), 0);
 }
 
 static const struct tap_test tests[] = {
@@ -503,6 +574,8 @@ static const struct tap_test tests[] = {
       a_burst_s_acknowledgements_are_recorded_before_a_sync_returns },
     { "a_burst_closed_at_once_keeps_its_acknowledgements",
       a_burst_closed_at_once_keeps_its_acknowledgements },
+    { "a_burst_on_workers_beside_puts_cancels_and_syncs_loses_nothing",
+      a_burst_on_workers_beside_puts_cancels_and_syncs_loses_nothing },
 };
 
 int main(void)
