@@ -29,11 +29,12 @@ extern "C" {
  *     if the clock steps back, nothing fires early; if it steps forward, what became due fires (within
  *     max_fires_per_s). A due time already past fires at once.
  *   - AT LEAST ONCE. A handler that returned 0 has been acknowledged: the timer is removed for good
- *     (durably by the group commit after its acknowledgement is written: at once, or in a burst of
- *     firings with others soon after; chime_store_sync waits for all of them). A handler that was running, or had fired and not been
- *     acknowledged, when the process died runs again after the restart with attempt + 1. A handler can
- *     therefore run more than once for one put: HANDLERS MUST BE IDEMPOTENT (cancel an order only if
- *     it is still unpaid; deduplicate by key and due_ns). attempt > 1 says "this may have run before".
+ *     (durably by the group commit after its acknowledgement is written: at once, or during a burst
+ *     of firings with others soon after; chime_store_sync waits for all of them). A handler that was
+ *     running, or had fired and not been acknowledged, when the process died runs again after the
+ *     restart with attempt + 1. A handler can therefore run more than once for one put: HANDLERS MUST
+ *     BE IDEMPOTENT (cancel an order only if it is still unpaid; deduplicate by key and due_ns).
+ *     attempt > 1 says "this may have run before".
  *   - Only timers due within horizon_ns of now are held in memory; the rest stay on disk, grouped by
  *     due time, and are loaded ahead of their time. Memory follows the horizon, not the total.
  *   - Errors are negative errno values. -EIO (a write or fsync failed) and -ENOSPC (the disk is full)
