@@ -479,6 +479,27 @@ static void a_burst_closed_at_once_keeps_its_acknowledgements(void)
     CHECK_EQ(recorder_count(&rec), BURST); /* nothing fired again */
 }
 
+/* The flush refused (as when the runtime has no memory for it): the handlers' thread records the
+ * queue itself, and nothing is left behind. */
+static void a_burst_whose_flush_is_refused_records_its_acknowledgements_itself(void)
+{
+    chime__store_acks_refuse_flush(1);
+    chime_store *s = burst_begin(NULL, 0, BURST, 'b');
+    recorder_wait(&rec, BURST);
+    store_wait_handlers(s);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.acked, BURST);
+    CHECK_EQ(st.pending, 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    chime__store_acks_refuse_flush(0);
+    chime__store_set_clock(NULL);
+    s = open_store(&(struct chime_store_config){ .sync = CHIME_SYNC_INTERVAL });
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 0);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
 /* Keys w<i>: a third cancelled, a third put again at once, while the burst fires on 4 workers. */
 #define MIXED 2000
 
@@ -574,6 +595,8 @@ static const struct tap_test tests[] = {
       a_burst_s_acknowledgements_are_recorded_before_a_sync_returns },
     { "a_burst_closed_at_once_keeps_its_acknowledgements",
       a_burst_closed_at_once_keeps_its_acknowledgements },
+    { "a_burst_whose_flush_is_refused_records_its_acknowledgements_itself",
+      a_burst_whose_flush_is_refused_records_its_acknowledgements_itself },
     { "a_burst_on_workers_beside_puts_cancels_and_syncs_loses_nothing",
       a_burst_on_workers_beside_puts_cancels_and_syncs_loses_nothing },
 };

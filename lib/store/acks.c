@@ -22,9 +22,9 @@
  * it syncs; `alock`, held by whoever records a taken queue, makes it also wait for a group that
  * another thread took before the call, so every acknowledgement whose handler returned before
  * sync is written before sync's commit. Close waits until `running` is 0, which the flush brings
- * about (the runtime runs until then). When the flush cannot be scheduled (no memory), the
- * handler's thread records the queue itself. The flush's argument is `marker`, an entry in no
- * table, so that the runtime's on_unfired at close (lifecycle.c) passes it by.
+ * about (the runtime runs until then). When the flush cannot be scheduled (no memory; a test hook
+ * makes it so), the handler's thread records the queue itself. The flush's argument is `marker`,
+ * an entry in no table, so that the runtime's on_unfired at close (lifecycle.c) passes it by.
  *
  * Locks: aqlock (the queue, held for a few instructions) is taken under nothing else; alock comes
  * before the stripe locks that recording takes.
@@ -37,6 +37,13 @@
 
 #define ACK_QUEUE_ABOVE 64 /* firings outstanding beyond which acknowledgements are queued */
 #define ACK_GROUP 32       /* entries whose lines are fetched before any of them is recorded */
+
+static _Atomic int refuse_flush; /* chime__store_acks_refuse_flush */
+
+void chime__store_acks_refuse_flush(int on)
+{
+    atomic_store_explicit(&refuse_flush, on, memory_order_relaxed); /* a test's switch */
+}
 
 int chime__store_acks_init(struct chime_store *s)
 {
@@ -127,7 +134,9 @@ int chime__store_ack_later(struct chime_store *s, struct hot *e)
     int arm = !s->acks.armed;
     s->acks.armed = 1;
     pthread_mutex_unlock(&s->acks.aqlock);
-    if (arm && chime_timer_schedule_at(s->rt, 0, flush, s->acks.marker, NULL) != 0) {
+    /* relaxed: a test's switch, set before the store opens */
+    if (arm && (atomic_load_explicit(&refuse_flush, memory_order_relaxed) ||
+                chime_timer_schedule_at(s->rt, 0, flush, s->acks.marker, NULL) != 0)) {
         pthread_mutex_lock(&s->acks.aqlock);
         s->acks.armed = 0;
         pthread_mutex_unlock(&s->acks.aqlock);

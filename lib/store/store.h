@@ -214,6 +214,9 @@ void chime__store_acks_destroy(struct chime_store *s); /* after the runtime has 
 int chime__store_ack_later(struct chime_store *s, struct hot *e);
 /* Record every queued acknowledgement, and wait for those another thread is recording. */
 void chime__store_acks_flush(struct chime_store *s);
+/* Test hook: every flush fails to be scheduled, as with no memory, so that the handler's thread
+ * records the queue itself. */
+void chime__store_acks_refuse_flush(int on);
 
 /* keeper.c */
 uint64_t chime__store_wall(void);
