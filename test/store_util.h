@@ -248,15 +248,21 @@ static inline size_t recorder_count(struct recorder *r)
     return n;
 }
 
-/* How many recorded calls were for key. */
-static inline size_t recorder_count_key(struct recorder *r, const char *key)
+/* How many recorded calls were for key, with payload (NULL: any). */
+static inline size_t recorder_count_with(struct recorder *r, const char *key, const char *payload)
 {
     size_t c = 0;
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0; i < r->n; i++)
-        c += strcmp(r->f[i].key, key) == 0;
+        c += strcmp(r->f[i].key, key) == 0 && (!payload || strcmp(r->f[i].payload, payload) == 0);
     pthread_mutex_unlock(&r->lock);
     return c;
+}
+
+/* How many recorded calls were for key. */
+static inline size_t recorder_count_key(struct recorder *r, const char *key)
+{
+    return recorder_count_with(r, key, NULL);
 }
 
 /* The last recorded call for key (copied), or 0 if none. */

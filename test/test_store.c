@@ -525,17 +525,6 @@ static void *mixed_caller(void *arg)
     return NULL;
 }
 
-/* How many firings of key carried payload. */
-static size_t fired_with(const char *key, const char *payload)
-{
-    size_t n = 0;
-    pthread_mutex_lock(&rec.lock);
-    for (size_t i = 0; i < rec.n; i++)
-        n += strcmp(rec.f[i].key, key) == 0 && strcmp(rec.f[i].payload, payload) == 0;
-    pthread_mutex_unlock(&rec.lock);
-    return n;
-}
-
 static void a_burst_on_workers_beside_puts_cancels_and_syncs_loses_nothing(void)
 {
     chime_store *s = burst_begin(NULL, 4, MIXED, 'w');
@@ -553,7 +542,8 @@ static void a_burst_on_workers_beside_puts_cancels_and_syncs_loses_nothing(void)
     for (int i = 0; i < MIXED; i++) {
         char key[16];
         snprintf(key, sizeof key, "w%d", i);
-        size_t x = fired_with(key, "x"), again = fired_with(key, "again");
+        size_t x = recorder_count_with(&rec, key, "x");
+        size_t again = recorder_count_with(&rec, key, "again");
         if (atomic_load(&mixed_cancelled[i]))
             CHECK(x == 0 && again == 0, "%s was cancelled and fired", key);
         else if (atomic_load(&mixed_again[i]))
