@@ -11,10 +11,10 @@
  *
  * WHEN. Only in a burst: while more than ACK_QUEUE_ABOVE firings are outstanding (`running`), an
  * acknowledgement joins the queue; otherwise the handler's thread records it at once, as a lone
- * timer gains nothing from waiting. The first entry of an empty queue schedules the flush, a
- * runtime timer due at once: it runs after the callbacks the runtime is firing now, and records
- * the whole queue, ACK_GROUP entries at a time. Retries and dead letters are never queued (a
- * retry's delay counts from the handler's return, which chime__store_finish reads).
+ * timer gains nothing from waiting. The first entry since the queue was last taken schedules the
+ * flush, a runtime timer due at once: it runs after the callbacks the runtime is firing now, and
+ * records the whole queue, ACK_GROUP entries at a time. Retries and dead letters are never
+ * queued (a retry's delay counts from the handler's return, which chime__store_finish reads).
  *
  * WHAT STAYS TRUE. A queued entry is RUNNING until recorded, as if its handler had not returned: a
  * cancel of its key gets -EINPROGRESS, a newer put of the key waits for it, and `running` counts
@@ -65,12 +65,13 @@ void chime__store_acks_destroy(struct chime_store *s)
     pthread_mutex_destroy(&s->acks.alock);
 }
 
-/* Take the whole queue (NULL if empty). */
+/* Take the whole queue (NULL if empty): an entry queued after this schedules a flush of its own. */
 static struct hot *take(struct chime_store *s)
 {
     pthread_mutex_lock(&s->acks.aqlock);
     struct hot *list = s->acks.head;
     s->acks.head = s->acks.tail = NULL;
+    s->acks.armed = 0;
     pthread_mutex_unlock(&s->acks.aqlock);
     return list;
 }
@@ -109,14 +110,11 @@ void chime__store_acks_flush(struct chime_store *s)
     pthread_mutex_unlock(&s->acks.alock);
 }
 
-/* The flush timer's callback, on the runtime. */
+/* The flush timer's callback, on the runtime. (A sync may have taken the queue first: then it
+ * finds what was queued since, or nothing.) */
 static void flush(void *arg)
 {
-    struct chime_store *s = ((struct hot *)arg)->s;
-    pthread_mutex_lock(&s->acks.aqlock);
-    s->acks.armed = 0; /* entries queued from here on schedule another flush */
-    pthread_mutex_unlock(&s->acks.aqlock);
-    chime__store_acks_flush(s);
+    chime__store_acks_flush(((struct hot *)arg)->s);
 }
 
 int chime__store_ack_later(struct chime_store *s, struct hot *e)
@@ -136,11 +134,7 @@ int chime__store_ack_later(struct chime_store *s, struct hot *e)
     pthread_mutex_unlock(&s->acks.aqlock);
     /* relaxed: a test's switch, set before the store opens */
     if (arm && (atomic_load_explicit(&refuse_flush, memory_order_relaxed) ||
-                chime_timer_schedule_at(s->rt, 0, flush, s->acks.marker, NULL) != 0)) {
-        pthread_mutex_lock(&s->acks.aqlock);
-        s->acks.armed = 0;
-        pthread_mutex_unlock(&s->acks.aqlock);
+                chime_timer_schedule_at(s->rt, 0, flush, s->acks.marker, NULL) != 0))
         chime__store_acks_flush(s); /* no memory for the timer: record the queue here */
-    }
     return 1;
 }

@@ -131,7 +131,7 @@ struct chime_store {
     struct {
         pthread_mutex_t aqlock;    /* the queue */
         struct hot *head, *tail;   /* RUNNING entries whose handler returned 0, through qnext */
-        int armed;                 /* a flush is scheduled on the runtime */
+        int armed;                 /* a flush is scheduled, and the queue not taken since */
         pthread_mutex_t alock;     /* held while a taken queue is recorded */
         struct hot *marker;        /* the flush timer's argument: an entry in no table */
     } acks;
