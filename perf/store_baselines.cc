@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 // Baselines for the durable store's figures, measured in the same run on the same disk:
 //   - raw append: one thread pwrites 144-byte records (a 16-byte key and a 64-byte payload behind a
-//     64-byte header, the size of the store's PUT record) into a file preallocated with fallocate,
-//     as the journal's segments are, with one fdatasync per k records. k = 1 is what one SYNC_EACH
-//     put alone can cost at best; k = 64 is the best a group commit serving 64 waiting threads can
-//     do; k = 4096 is a bulk append (the 8.4 M records/s for 48-byte records). No checksum,
-//     no index, no threads: the disk and the system calls only.
+//     64-byte header, the size of the store's PUT record) into a file written with zeros to its
+//     size first, as the journal's segments are, with one fdatasync per k records. k = 1 is what
+//     one SYNC_EACH put alone can cost at best; k = 64 is the best a group commit serving 64
+//     waiting threads can do; k = 4096 is a bulk append (the 8.4 M records/s for 48-byte
+//     records). No checksum, no index, no threads: the disk and the system calls only.
 //   - runtime lateness: the store's lateness workload (20 000 timers due at random over 2 s, put well
 //     ahead, one worker, 1 ms tick) on the bare runtime with schedule_at, CLOCK_MONOTONIC.
 #include <benchmark/benchmark.h>
@@ -37,7 +37,8 @@ uint64_t mono_ns() {
   return uint64_t(ts.tv_sec) * kSec + uint64_t(ts.tv_nsec);
 }
 
-// Args: records per fdatasync. The file is preallocated (so an fdatasync need not log a new size);
+// Args: records per fdatasync. The file is written with zeros first (so an fdatasync logs no new
+// size and no conversion of unwritten extents, which a fallocate'd file costs: docs/perf.md);
 // records are copied into a buffer and the buffer pwritten at each sync point or when 1 MiB is full.
 void BM_store_raw_append(benchmark::State &st) {
   const uint64_t per_sync = uint64_t(st.range(0));
@@ -54,12 +55,16 @@ void BM_store_raw_append(benchmark::State &st) {
     int fd = mkstemp(name.data());
     if (fd < 0) return (void)fail(st, "raw append: mkstemp");
     unlink(name.data());
-    if (posix_fallocate(fd, 0, off_t(total * kRecord))) {
-      close(fd);
-      return (void)fail(st, "raw append: fallocate");
+    std::vector<char> buf(1 << 20);  // zeros first: the file is written to its size
+    bool zeroed = true;
+    for (uint64_t at = 0; at < total * kRecord && zeroed; at += buf.size()) {
+      size_t n = size_t(std::min<uint64_t>(buf.size(), total * kRecord - at));
+      zeroed = pwrite(fd, buf.data(), n, off_t(at)) == ssize_t(n);
     }
-    fdatasync(fd);
-    std::vector<char> buf(1 << 20);
+    if (!zeroed || fdatasync(fd)) {
+      close(fd);
+      return (void)fail(st, "raw append: writing the file's zeros");
+    }
     unsigned char rec[kRecord] = {1, 2, 3};
     std::vector<uint64_t> sync_ns;
     uint64_t off = 0, used = 0;

@@ -7,6 +7,7 @@
  *     while its MARK, after it, did reach it: still a torn tail, every record before the page kept;
  *   - a group commit too big for what is left of a segment goes partly in the next, each part with
  *     its own MARK; the journal reopens with every record;
+ *   - a new segment is written with zeros to its size, none of its extents left unwritten;
  *   - a journal whose files are of format version 1 (before MARKs) is refused with -EPROTO, and
  *     nothing in it is changed.
  * test_store_torn.c cuts and flips the single-record group commits of a segment at every byte.
@@ -14,6 +15,9 @@
 #include "store_util.h"
 
 #include <fcntl.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h> /* FS_IOC_FIEMAP */
+#include <sys/ioctl.h>
 
 #include "store/backend.h"
 #include "store/checksum.h"
@@ -187,6 +191,57 @@ static void a_lost_page_of_the_last_group_commit_before_its_whole_mark_is_a_torn
     free(dir);
 }
 
+/* A segment is written to its full size when it is created (wal.c, SEGMENTS): its blocks are
+ * allocated and hold zeros after its records, and none of its extents is unwritten, so that a
+ * commit into it need not log their conversion. FIEMAP shows the extents where the file system
+ * supports it (ext4, xfs, btrfs); elsewhere only the size, the blocks and the zeros are checked. */
+static void a_new_segment_is_written_with_zeros_to_its_size(void)
+{
+    dir = tmpdir_make("marks");
+    CHECK(dir != NULL, "mkdtemp");
+    struct chime__backend *b = open_journal();
+    put_key(b, 0, 20);
+    CHECK_EQ(chime__journal_ops.sync(b), 0);
+    struct walk w;
+    walk_segment("wal-0000000000000001.log", &w);
+    CHECK(w.nrec == 1 && w.nmark == 1, "one record and its MARK: %d and %d", w.nrec, w.nmark);
+    CHECK(w.size >= 1 << 20, "the segment holds %llu bytes, not its size (1 MiB at least)",
+          (unsigned long long)w.size);
+    for (uint64_t off = w.mark[0] + CHIME__MARK_LEN; off < w.size; off++)
+        CHECK(w.buf[off] == 0, "byte %llu after the MARK is %u, not zero", (unsigned long long)off,
+              w.buf[off]);
+    char *path = path_in(dir, "wal-0000000000000001.log");
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0, "open");
+    struct stat st;
+    CHECK(fstat(fd, &st) == 0, "stat");
+    CHECK((uint64_t)st.st_blocks * 512 >= w.size, "%llu bytes allocated of %llu",
+          (unsigned long long)st.st_blocks * 512, (unsigned long long)w.size);
+    enum { EXTENTS = 64 };
+    struct fiemap *map = calloc(1, sizeof *map + EXTENTS * sizeof map->fm_extents[0]);
+    CHECK(map != NULL, "calloc");
+    *map = (struct fiemap){ .fm_length = FIEMAP_MAX_OFFSET, .fm_flags = FIEMAP_FLAG_SYNC,
+                            .fm_extent_count = EXTENTS };
+    if (ioctl(fd, FS_IOC_FIEMAP, map) == 0) {
+        CHECK(map->fm_mapped_extents > 0, "no extent mapped");
+        for (unsigned i = 0; i < map->fm_mapped_extents; i++)
+            CHECK(!(map->fm_extents[i].fe_flags & FIEMAP_EXTENT_UNWRITTEN),
+                  "extent %u (at %llu, %llu bytes) is unwritten", i,
+                  (unsigned long long)map->fm_extents[i].fe_logical,
+                  (unsigned long long)map->fm_extents[i].fe_length);
+    } else {
+        CHECK(errno == EOPNOTSUPP || errno == ENOTTY, "FIEMAP: %s", strerror(errno));
+        printf("# FIEMAP not supported here: the extents were not checked\n");
+    }
+    free(map);
+    close(fd);
+    free(path);
+    free(w.buf);
+    CHECK_EQ(chime__journal_ops.close(b), 0);
+    tmpdir_remove(dir);
+    free(dir);
+}
+
 /* The fault hook, failing nothing: each time the store opens wal-1 it is copied to wal-1.saved
  * (the last open is the flusher's, reading it sealed, before it deletes it). */
 static int save_wal_1(void *ctx, enum chime__io_op op, const char *name, int fd)
@@ -347,6 +402,8 @@ static void a_journal_of_format_version_1_is_refused_eproto(void)
 static const struct tap_test tests[] = {
     { "a_lost_page_of_the_last_group_commit_before_its_whole_mark_is_a_torn_tail",
       a_lost_page_of_the_last_group_commit_before_its_whole_mark_is_a_torn_tail },
+    { "a_new_segment_is_written_with_zeros_to_its_size",
+      a_new_segment_is_written_with_zeros_to_its_size },
     { "a_group_commit_split_across_two_segments_reopens_whole",
       a_group_commit_split_across_two_segments_reopens_whole },
     { "a_journal_of_format_version_1_is_refused_eproto",

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The store's file I/O (see io.h): thin wrappers with one fault-injection point. */
-#define _GNU_SOURCE /* O_TMPFILE, fallocate: Linux interfaces beyond C11 */
+#define _GNU_SOURCE /* O_TMPFILE, pwritev: Linux interfaces beyond C11 */
 #include "store/io.h"
 
 #include <dirent.h>
@@ -196,18 +196,27 @@ int chime__io_fsync(int fd)
     return r < 0 ? -errno : 0;
 }
 
-int chime__io_fallocate(int fd, uint64_t off, uint64_t len)
+int chime__io_zero_fill(int fd, uint64_t off, uint64_t len)
 {
     CHECK_FAULT(CHIME_IO_ALLOCATE, NULL, fd);
-    int r;
-    do
-        r = fallocate(fd, 0, (off_t)off, (off_t)len);
-    while (r < 0 && errno == EINTR);
-    if (r < 0 && errno == EOPNOTSUPP) { /* a file system without fallocate: posix's emulation */
-        int e = posix_fallocate(fd, (off_t)off, (off_t)len);
-        return -e;
+    enum { CHUNK = 64 * 1024, CHUNKS = 16 };
+    static const unsigned char zeros[CHUNK];
+    const uint64_t end = off + len;
+    while (off < end) {
+        struct iovec iov[CHUNKS];
+        int n = 0;
+        for (uint64_t left = end - off; left && n < CHUNKS; n++) {
+            iov[n] = (struct iovec){ (void *)zeros, left < CHUNK ? (size_t)left : CHUNK };
+            left -= iov[n].iov_len;
+        }
+        ssize_t r = pwritev(fd, iov, n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r < 0 ? -errno : -EIO; /* as chime__io_pwrite */
+        off += (uint64_t)r;
     }
-    return r < 0 ? -errno : 0;
+    return 0;
 }
 
 int chime__io_ftruncate(int fd, uint64_t len)

@@ -20,7 +20,7 @@ enum chime__io_op {
     CHIME_IO_READ,     /* pread */
     CHIME_IO_WRITE,    /* pwrite */
     CHIME_IO_SYNC,     /* fsync, fdatasync (of a file or a directory) */
-    CHIME_IO_ALLOCATE, /* fallocate */
+    CHIME_IO_ALLOCATE, /* chime__io_zero_fill: the writes that reserve a segment's blocks */
     CHIME_IO_RENAME,
     CHIME_IO_UNLINK,
     CHIME_IO_MKDIR,
@@ -52,7 +52,10 @@ int chime__io_pwrite(int fd, const void *buf, size_t n, uint64_t off);
 int chime__io_pwrite2(int fd, const void *a, size_t na, const void *b, size_t nb, uint64_t off);
 int chime__io_fdatasync(int fd);
 int chime__io_fsync(int fd);                                   /* also directories */
-int chime__io_fallocate(int fd, uint64_t off, uint64_t len);   /* reserve blocks: no ENOSPC later */
+/* Write zeros over [off, off + len): the blocks are allocated (no ENOSPC later) and written, so
+ * a later fdatasync of data written over them need not log the conversion of unwritten extents
+ * (the cost of a fallocate'd file: wal.c, SEGMENTS). The fault hook sees one CHIME_IO_ALLOCATE. */
+int chime__io_zero_fill(int fd, uint64_t off, uint64_t len);
 int chime__io_ftruncate(int fd, uint64_t len);
 int chime__io_renameat(int dir, const char *from, const char *to);
 int chime__io_unlinkat(int dir, const char *name);

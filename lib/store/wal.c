@@ -10,15 +10,18 @@
  * CHIME_SYNC_INTERVAL the writer commits every interval, or at once for a waiter (sync, a firing)
  * or when 4 MB have piled up.
  *
- * SEGMENTS. A segment is created with its header, preallocated with fallocate (its size is chosen by
- * the journal: about the live data, between 1 and 16 MB), synced, and its directory entry synced,
+ * SEGMENTS. A segment is created with its header, filled with zeros to its size (chosen by the
+ * journal: about the live data, between 1 and 16 MB), synced, and its directory entry synced,
  * before any record goes in (format.md). A batch that does not fit is written up to the last record
  * that fits, and that segment is fdatasynced, before anything is written to the next: so only the
- * newest segment can ever hold a torn record, which is what the reader's rules assume. Preallocated
- * space means a commit's fdatasync does not also have to log a new file size; the flusher creates
- * the next segment ahead of time (chime__wal_prepare) so that the writer does not pause for it.
- * Moving to a segment, the writer makes it the journal's head (head.h) before it publishes any
- * commit into it: one more small write and fdatasync per segment.
+ * newest segment can ever hold a torn record, which is what the reader's rules assume. Written
+ * space means a commit's fdatasync logs no metadata: not a new file size, and not the conversion of
+ * unwritten extents either, which a fallocate'd segment costs at each commit that reaches a new
+ * block (an ext4 journal commit inside every fdatasync: 64 threads' SYNC_EACH puts ran 1.26x faster
+ * without it, docs/perf.md). The zeros are written once per segment, off the commit path: the
+ * flusher creates the next segment ahead of time (chime__wal_prepare) so that the writer does not
+ * pause. Moving to a segment, the writer makes it the journal's head (head.h) before it publishes
+ * any commit into it: one more small write and fdatasync per segment.
  *
  * MARKS. Each batch's part in a segment is followed by a MARK in the same pwritev (room for it is
  * kept): where the part begins, the segment's number and its header's salt (format.md). Nothing of a
@@ -135,7 +138,7 @@ static uint64_t new_salt(void)
     return salt ? salt : 1;
 }
 
-/* Create segment `number` of `size` bytes: header, preallocation, file and directory synced. */
+/* Create segment `number` of `size` bytes: header, zeros, file and directory synced. */
 static int create_segment(const struct chime__wal *w, uint64_t number, uint64_t size,
                           uint64_t next_version, int *out, uint64_t *salt)
 {
@@ -150,7 +153,7 @@ static int create_segment(const struct chime__wal *w, uint64_t number, uint64_t 
         .created = realtime_ns(), .salt = *salt = new_salt() });
     int err = chime__io_pwrite(fd, header, sizeof header, 0);
     if (!err)
-        err = chime__io_fallocate(fd, 0, size);
+        err = chime__io_zero_fill(fd, sizeof header, size - sizeof header);
     if (!err)
         err = chime__io_fsync(fd);
     if (!err)
