@@ -12,21 +12,18 @@
  *     nothing in it is changed.
  * test_store_torn.c cuts and flips the single-record group commits of a segment at every byte.
  */
-#include "store_util.h"
+#include "journal_util.h"
 
 #include <fcntl.h>
 #include <linux/fiemap.h>
 #include <linux/fs.h> /* FS_IOC_FIEMAP */
 #include <sys/ioctl.h>
 
-#include "store/backend.h"
 #include "store/checksum.h"
 #include "store/format.h"
 #include "store/io.h"
-#include "store/journal.h"
 
 static char *dir;
-static const struct chime__sink no_sink = { NULL, NULL, NULL, NULL };
 
 static char *path_in(const char *d, const char *name)
 {
@@ -37,13 +34,7 @@ static char *path_in(const char *d, const char *name)
 
 static struct chime__backend *open_journal(void)
 {
-    static struct chime_store_config cfg;
-    cfg = (struct chime_store_config){ .path = dir, .sync = CHIME_SYNC_INTERVAL,
-                                       .sync_interval_ns = 3600 * SEC };
-    struct chime__backend *b;
-    int err = chime__journal_ops.open(&b, &cfg, &no_sink);
-    CHECK(err == 0, "open: %s", chime_strerror(err));
-    return b;
+    return journal_open_hourly(dir);
 }
 
 /* Key i's payload: `len` bytes that name it. */

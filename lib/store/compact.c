@@ -44,7 +44,6 @@
 
 #define MERGE_ABOVE_RUNS 6
 #define SCRATCH_KEEP_NS UINT64_C(1000000000) /* idle this long, the flusher frees its buffers */
-#define BACKLOG_MAX 4 /* sealed segments waiting for the flusher before changes are held back */
 
 /* Publish sealed - flushed for the throttle's lock-free look. Locked. */
 static void set_backlog(struct chime__backend *j)
@@ -54,13 +53,37 @@ static void set_backlog(struct chime__backend *j)
                           memory_order_relaxed);
 }
 
+/* The backlog in segments: sealed ones not yet flushed (`backlog`, the lock-free copy of sealed -
+ * flushed), and the log's records not yet in a segment, counted in whole segments. Those become
+ * sealed segments as soon as the writer gets to them, whatever the throttle decides then: counting
+ * only the sealed ones, 64 MB of SYNC_INTERVAL records piled up in the log's memory (its FILL_MAX)
+ * while the flusher was behind went to disk past the limit (15 segments of 1 MiB were seen). */
+static uint64_t backlog_segments(struct chime__backend *j)
+{
+    uint64_t seg = chime__wal_segment_bytes(j->wal);
+    /* The unwritten bytes first (an acquire load): a segment the writer sealed before it wrote the
+     * bytes last subtracted from them is then in `backlog` too, so a byte leaving the one count
+     * is never missing from both. (Read the other way round, a put could pass while a batch of
+     * several segments moved from the one to the other.) */
+    uint64_t unwritten = chime__wal_unwritten(j->wal);
+    /* relaxed: set under j->lock by the sealed callback, which the writer calls before it writes
+     * on (ordered by the acquire above); the throttle re-checks under j->lock before it waits */
+    return atomic_load_explicit(&j->backlog, memory_order_relaxed) + unwritten / (seg ? seg : 1);
+}
+
+/* A caller waits while the backlog is over CHIME__JOURNAL_BACKLOG_MAX. The wait ends with a flush (which signals
+ * `done`): while the backlog is over, either the flusher has a sealed segment to flush, or the log
+ * holds more than CHIME__JOURNAL_BACKLOG_MAX segments of records, which its writer is writing (with an interval,
+ * at once beyond 4 MB: wal.c), sealing segments for the flusher as it goes. */
 int chime__journal_throttle(struct chime__backend *j)
 {
-    if (atomic_load_explicit(&j->backlog, memory_order_relaxed) <= BACKLOG_MAX)
+    if (backlog_segments(j) <= CHIME__JOURNAL_BACKLOG_MAX)
         return 0;
     pthread_mutex_lock(&j->lock);
-    while (!j->error && !j->stopping && j->sealed > j->flushed + BACKLOG_MAX)
+    j->throttled++;
+    while (!j->error && !j->stopping && backlog_segments(j) > CHIME__JOURNAL_BACKLOG_MAX)
         pthread_cond_wait(&j->done, &j->lock);
+    j->throttled--;
     int err = j->error;
     pthread_mutex_unlock(&j->lock);
     return err;

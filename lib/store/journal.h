@@ -73,6 +73,7 @@ struct chime__backend {
     int stopping;
     int error;                 /* sticky: a flush or merge failed (the log has its own) */
     int failed_told;           /* sink->failed was called */
+    uint64_t throttled;        /* callers held back by chime__journal_throttle now (for tests) */
 
     _Atomic int error_seen;       /* error, for the put path's check without the lock (compact.c) */
     _Atomic int index_asked;      /* the index's write batches want the flusher (compact.c) */
@@ -103,9 +104,11 @@ void chime__journal_sealed(void *ctx, uint64_t segment, uint64_t used);
 /* Seal the log and wait until every segment sealed so far is a run: every record appended before
  * the call is then in a run. Return: 0 or the sticky error. */
 int chime__journal_flush_all(struct chime__backend *j);
-/* Hold a change back while the flusher is more than a few segments behind (the disk, not the
- * callers, sets the pace: otherwise unflushed segments would pile up without bound). Return: 0 or
- * the sticky error. */
+/* Hold a change back while the flusher is more than CHIME__JOURNAL_BACKLOG_MAX segments behind,
+ * counting sealed segments and the log's records not yet in one (the disk, not the callers, sets
+ * the pace: otherwise unflushed segments would pile up without bound). Return: 0 or the sticky
+ * error. */
+#define CHIME__JOURNAL_BACKLOG_MAX 4
 int chime__journal_throttle(struct chime__backend *j);
 /* Ask the flusher to write out the index's pending writes (chime__index_flush), once until it has
  * begun; called after a change when chime__index_flush_wanted says so. */

@@ -105,6 +105,7 @@ struct chime__wal {
 
     _Atomic int error_seen;         /* `error`, for chime__wal_error's look without the lock */
     _Atomic uint64_t segment_bytes; /* size of segments created from now on */
+    _Atomic uint64_t unwritten;     /* see chime__wal_unwritten */
     _Atomic uint64_t next_version;  /* given out without the lock: see chime__wal_append */
 
     /* Waiting for durability without the lock (see WAITING). */
@@ -247,6 +248,10 @@ static int write_batch(struct chime__wal *w, const unsigned char *buf, size_t le
                 return err;
             w->seg_off += take + sizeof mark;
             done += take;
+            /* release: the segments sealed before these bytes were written (reported through
+             * cfg.sealed) are seen by a throttle that reads this count with acquire first: it
+             * may count bytes twice, never miss them (compact.c, backlog_segments) */
+            atomic_fetch_sub_explicit(&w->unwritten, take, memory_order_release);
         }
         if (done < len) {
             /* The rest goes to the next segment: this one is synced first (see SEGMENTS). */
@@ -375,6 +380,7 @@ int chime__wal_open(struct chime__wal **out, const struct chime__wal_config *cfg
     w->current = cfg->segment;
     w->sealed = cfg->segment - 1;
     atomic_init(&w->segment_bytes, clamp_segment(cfg->segment_bytes));
+    atomic_init(&w->unwritten, 0);
     chime__waiters_init(&w->waiters);
     chime__short_lock_init(&w->lock);
     pthread_condattr_t ca;
@@ -457,6 +463,9 @@ int chime__wal_append(struct chime__wal *w, struct chime__rec *recs, size_t n, u
         int first = w->fill_len == 0;
         memcpy(w->fill + w->fill_len, enc, total);
         w->fill_len += total;
+        /* relaxed: a figure for the throttle's look, which re-checks under its own lock (and a
+         * change it admits late is one record over, never lost) */
+        atomic_fetch_add_explicit(&w->unwritten, total, memory_order_relaxed);
         w->fill_records++;
         w->appended += total;
         *end = w->appended;
@@ -520,6 +529,17 @@ int chime__wal_seal(struct chime__wal *w, uint64_t *sealed)
 void chime__wal_set_segment_bytes(struct chime__wal *w, uint64_t bytes)
 {
     atomic_store_explicit(&w->segment_bytes, clamp_segment(bytes), memory_order_relaxed);
+}
+
+uint64_t chime__wal_segment_bytes(struct chime__wal *w)
+{
+    return atomic_load_explicit(&w->segment_bytes, memory_order_relaxed); /* a size, nothing more */
+}
+
+uint64_t chime__wal_unwritten(struct chime__wal *w)
+{
+    /* acquire: pairs with write_batch's release (see there) */
+    return atomic_load_explicit(&w->unwritten, memory_order_acquire);
 }
 
 int chime__wal_prepare(struct chime__wal *w)

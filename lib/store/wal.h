@@ -70,6 +70,15 @@ int chime__wal_seal(struct chime__wal *w, uint64_t *sealed);
 /* The size of segments created from now on (clamped to what a segment needs at least). */
 void chime__wal_set_segment_bytes(struct chime__wal *w, uint64_t bytes);
 
+/* The journal's throttle (compact.c) measures what waits for the flusher in segments: the sealed
+ * ones and what is not in a segment yet. Any thread, no lock; each value exact at some moment.
+ * chime__wal_segment_bytes: the size of segments created from now on. chime__wal_unwritten: bytes
+ * appended and not yet written to a segment (the fill, and what the writer has not yet written of
+ * its batch). Read after it, the journal's count of sealed segments includes every segment sealed
+ * before the bytes last subtracted from it were written: the two count bytes twice at worst. */
+uint64_t chime__wal_segment_bytes(struct chime__wal *w);
+uint64_t chime__wal_unwritten(struct chime__wal *w);
+
 /* Create the next segment ahead of time, so that the writer does not pause to create it. Called by
  * the flusher thread; a no-op if one is ready. Return: 0 or the error (it is not sticky here: the
  * writer will try again, and fail for good then). */

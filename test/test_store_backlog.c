@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The journal's backlog (lib/store/compact.c, the throttle): while the flusher is held, puts are held
+ * back before the segments waiting for it pile up, counting the records the log still holds in
+ * memory as well as the sealed segments; once the flusher goes on, the held puts complete and none
+ * is lost. The fault hook holds the flusher (its first run's .tmp file is not created until the test
+ * lets it) and counts the segment files that exist at once.
+ */
+#include "journal_util.h"
+
+#define KEYS 16000 /* 64 MB of records: 64 segments, were none held back */
+#define PAYLOAD 4000 /* 4 KB records: a 1 MiB segment holds about 260 */
+
+static char *dir;
+
+/* The hook's state: the flusher held or not, and the segment files (wal-*) that exist. */
+static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hook_cond = PTHREAD_COND_INITIALIZER;
+static int released, flusher_held;
+static char segments[64][32];
+static int nsegments;
+
+static int is_segment(const char *name)
+{
+    return name && !strncmp(name, "wal-", 4) && strlen(name) < sizeof segments[0];
+}
+
+static int hold_flusher(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    (void)ctx;
+    (void)fd;
+    pthread_mutex_lock(&hook_lock);
+    if (op == CHIME_IO_OPEN && name && strstr(name, ".tmp")) { /* the flusher writes a run */
+        flusher_held = 1;
+        while (!released)
+            pthread_cond_wait(&hook_cond, &hook_lock);
+    } else if (op == CHIME_IO_OPEN && is_segment(name)) {
+        int seen = 0;
+        for (int i = 0; i < nsegments; i++)
+            seen |= !strcmp(segments[i], name);
+        if (!seen && nsegments < 64)
+            strcpy(segments[nsegments++], name);
+    } else if (op == CHIME_IO_UNLINK && is_segment(name)) {
+        for (int i = 0; i < nsegments; i++)
+            if (!strcmp(segments[i], name)) {
+                strcpy(segments[i], segments[--nsegments]);
+                break;
+            }
+    }
+    pthread_mutex_unlock(&hook_lock);
+    return 0;
+}
+
+static struct chime__backend *open_journal(void)
+{
+    return journal_open_hourly(dir);
+}
+
+static void payload_of(int i, unsigned char *out)
+{
+    for (int k = 0; k < PAYLOAD; k++)
+        out[k] = (unsigned char)(i * 7 + k);
+}
+
+static _Atomic int putter_done;
+
+static void *putter(void *arg)
+{
+    struct chime__backend *b = arg;
+    static unsigned char payload[PAYLOAD];
+    uint64_t due = wall_ns() + 3600 * SEC;
+    for (int i = 0; i < KEYS; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "b%d", i);
+        payload_of(i, payload);
+        struct chime__put p = { key, strlen(key), payload, PAYLOAD, due, 0, 0, 0 };
+        struct chime__put_result res;
+        uint64_t ticket;
+        CHECK_EQ(chime__journal_ops.put(b, &p, &res, &ticket), 0);
+    }
+    atomic_store(&putter_done, 1);
+    return NULL;
+}
+
+static int collect(void *ctx, const struct chime__timer *t)
+{
+    int *seen = ctx, i;
+    char key[16] = { 0 };
+    static unsigned char want[PAYLOAD];
+    memcpy(key, t->key, t->key_len < 15 ? t->key_len : 15);
+    CHECK(sscanf(key, "b%d", &i) == 1 && i >= 0 && i < KEYS && !seen[i], "key %s", key);
+    seen[i] = 1;
+    payload_of(i, want);
+    CHECK(t->payload_len == PAYLOAD && !memcmp(want, t->payload, PAYLOAD), "payload of b%d", i);
+    return 0;
+}
+
+static void puts_wait_for_a_held_flusher_before_segments_pile_up(void)
+{
+    dir = tmpdir_make("backlog");
+    CHECK(dir != NULL, "mkdtemp");
+    chime__io_set_fault(hold_flusher, NULL);
+    struct chime__backend *b = open_journal();
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, putter, b), 0);
+    /* Wait until the flusher is held and a put is held back (a poll: the putter, the log's writer
+     * and the flusher run on their own). Held back then, the put waits for a flush. */
+    for (;;) {
+        pthread_mutex_lock(&hook_lock);
+        int held = flusher_held;
+        pthread_mutex_unlock(&hook_lock);
+        pthread_mutex_lock(&b->lock);
+        uint64_t throttled = b->throttled;
+        pthread_mutex_unlock(&b->lock);
+        if (held && throttled)
+            break;
+        CHECK(!atomic_load(&putter_done), "every put went through: none was held back");
+        sleep_ms(1);
+    }
+    /* Held there, what the log holds unwritten goes to segments of its own once written, the
+     * flusher held or not: it counts with the files. The throttle let the last put through when
+     * the sealed segments waiting plus the whole segments of unwritten records numbered at most
+     * BACKLOG_MAX (it reads them so as to count a byte twice rather than miss it). Since then: that
+     * put's record (one more segment at most, as a record is smaller than one), the records of the
+     * segment being written then, which the throttle does not count (one), the segment being
+     * written now and one created ahead of time (two), and one being created while the writer
+     * writes on: BACKLOG_MAX + 5 in all. The flusher held at its first flush, no segment is bigger
+     * than the first (1 MiB). Counting only the sealed segments, 16 to 25 were seen here. */
+    uint64_t seg = chime__wal_segment_bytes(b->wal), unwritten = chime__wal_unwritten(b->wal);
+    pthread_mutex_lock(&hook_lock);
+    int admitted = nsegments + (int)((unwritten + seg - 1) / seg);
+    printf("# held back with %d segment files and %llu bytes unwritten\n", nsegments,
+           (unsigned long long)unwritten);
+    CHECK(admitted <= CHIME__JOURNAL_BACKLOG_MAX + 5,
+          "admitted: %d segment files and %llu bytes unwritten, %d segments in all", nsegments,
+          (unsigned long long)unwritten, admitted);
+    released = 1;
+    pthread_cond_broadcast(&hook_cond);
+    pthread_mutex_unlock(&hook_lock);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK_EQ(chime__journal_ops.sync(b), 0);
+    CHECK_EQ(chime__journal_ops.close(b), 0);
+    chime__io_set_fault(NULL, NULL);
+
+    b = open_journal();
+    static int seen[KEYS];
+    CHECK_EQ(chime__journal_ops.load(b, 0, UINT64_MAX, collect, seen), 0);
+    for (int i = 0; i < KEYS; i++)
+        CHECK(seen[i], "b%d lost", i);
+    CHECK_EQ(chime__journal_ops.close(b), 0);
+    tmpdir_remove(dir);
+    free(dir);
+}
+
+static const struct tap_test tests[] = {
+    { "puts_wait_for_a_held_flusher_before_segments_pile_up",
+      puts_wait_for_a_held_flusher_before_segments_pile_up },
+};
+
+int main(void)
+{
+    return tap_run(tests, (int)(sizeof tests / sizeof tests[0]));
+}
