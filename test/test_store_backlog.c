@@ -43,7 +43,8 @@ static int hold_flusher(void *ctx, enum chime__io_op op, const char *name, int f
     } else if (op == CHIME_IO_UNLINK && is_segment(name)) {
         for (int i = 0; i < nsegments; i++)
             if (!strcmp(segments[i], name)) {
-                strcpy(segments[i], segments[--nsegments]);
+                if (i != --nsegments) /* the last one takes its place */
+                    memcpy(segments[i], segments[nsegments], sizeof segments[i]);
                 break;
             }
     }
