@@ -71,10 +71,12 @@ static uint64_t backlog_segments(struct chime__backend *j)
     return atomic_load_explicit(&j->backlog, memory_order_relaxed) + unwritten / (seg ? seg : 1);
 }
 
-/* A caller waits while the backlog is over CHIME__JOURNAL_BACKLOG_MAX. The wait ends with a flush (which signals
- * `done`): while the backlog is over, either the flusher has a sealed segment to flush, or the log
- * holds more than CHIME__JOURNAL_BACKLOG_MAX segments of records, which its writer is writing (with an interval,
- * at once beyond 4 MB: wal.c), sealing segments for the flusher as it goes. */
+/* THROTTLE. A caller waits while the backlog is over CHIME__JOURNAL_BACKLOG_MAX; a flush, which
+ * signals `done`, ends the wait. One comes: while the backlog is over, either the flusher has a
+ * sealed segment to flush, or the log holds more than CHIME__JOURNAL_BACKLOG_MAX segments of
+ * records (counted in the larger of the current and the next segment's size, so they cannot fit
+ * in the current one), which its writer writes at once (beyond 4 MB it does not wait for the
+ * interval: wal.c), sealing a segment for the flusher as it goes. */
 int chime__journal_throttle(struct chime__backend *j)
 {
     if (backlog_segments(j) <= CHIME__JOURNAL_BACKLOG_MAX)

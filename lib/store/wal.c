@@ -106,6 +106,7 @@ struct chime__wal {
     _Atomic int error_seen;         /* `error`, for chime__wal_error's look without the lock */
     _Atomic uint64_t segment_bytes; /* size of segments created from now on */
     _Atomic uint64_t unwritten;     /* see chime__wal_unwritten */
+    _Atomic uint64_t current_bytes; /* seg_size, for chime__wal_segment_bytes */
     _Atomic uint64_t next_version;  /* given out without the lock: see chime__wal_append */
 
     /* Waiting for durability without the lock (see WAITING). */
@@ -203,6 +204,7 @@ static int next_segment(struct chime__wal *w, uint64_t at)
     w->fd = fd;
     w->seg_off = CHIME__FILE_HEADER;
     w->seg_size = size;
+    atomic_store_explicit(&w->current_bytes, size, memory_order_relaxed); /* a size only */
     w->seg_number = number;
     w->seg_salt = salt;
 
@@ -381,6 +383,7 @@ int chime__wal_open(struct chime__wal **out, const struct chime__wal_config *cfg
     w->sealed = cfg->segment - 1;
     atomic_init(&w->segment_bytes, clamp_segment(cfg->segment_bytes));
     atomic_init(&w->unwritten, 0);
+    atomic_init(&w->current_bytes, 0);
     chime__waiters_init(&w->waiters);
     chime__short_lock_init(&w->lock);
     pthread_condattr_t ca;
@@ -401,6 +404,7 @@ int chime__wal_open(struct chime__wal **out, const struct chime__wal_config *cfg
         goto fail_head;
     w->seg_off = CHIME__FILE_HEADER;
     w->seg_size = size;
+    atomic_store_explicit(&w->current_bytes, size, memory_order_relaxed); /* a size only */
     w->seg_number = w->current;
     err = chime__head_set(&w->head, w->current);
     if (!err && pthread_create(&w->writer, NULL, writer_main, w) != 0)
@@ -533,7 +537,10 @@ void chime__wal_set_segment_bytes(struct chime__wal *w, uint64_t bytes)
 
 uint64_t chime__wal_segment_bytes(struct chime__wal *w)
 {
-    return atomic_load_explicit(&w->segment_bytes, memory_order_relaxed); /* a size, nothing more */
+    /* relaxed: sizes, nothing more */
+    uint64_t next = atomic_load_explicit(&w->segment_bytes, memory_order_relaxed),
+             current = atomic_load_explicit(&w->current_bytes, memory_order_relaxed);
+    return next > current ? next : current;
 }
 
 uint64_t chime__wal_unwritten(struct chime__wal *w)

@@ -72,9 +72,11 @@ void chime__wal_set_segment_bytes(struct chime__wal *w, uint64_t bytes);
 
 /* The journal's throttle (compact.c) measures what waits for the flusher in segments: the sealed
  * ones and what is not in a segment yet. Any thread, no lock; each value exact at some moment.
- * chime__wal_segment_bytes: the size of segments created from now on. chime__wal_unwritten: bytes
- * appended and not yet written to a segment (the fill, and what the writer has not yet written of
- * its batch). Read after it, the journal's count of sealed segments includes every segment sealed
+ * chime__wal_segment_bytes: the larger of the current segment's size and that of segments created
+ * from now on (so that what it counts as more than a segment cannot fit in the current one, and
+ * its writing must seal a segment for the flusher: compact.c, THROTTLE). chime__wal_unwritten:
+ * bytes appended and not yet written to a segment (the fill, and what the writer has not yet
+ * written of its batch). Read after it, the journal's count of sealed segments includes every segment sealed
  * before the bytes last subtracted from it were written: the two count bytes twice at worst. */
 uint64_t chime__wal_segment_bytes(struct chime__wal *w);
 uint64_t chime__wal_unwritten(struct chime__wal *w);
