@@ -76,8 +76,9 @@ void chime__wal_set_segment_bytes(struct chime__wal *w, uint64_t bytes);
  * from now on (so that what it counts as more than a segment cannot fit in the current one, and
  * its writing must seal a segment for the flusher: compact.c, THROTTLE). chime__wal_unwritten:
  * bytes appended and not yet written to a segment (the fill, and what the writer has not yet
- * written of its batch). Read after it, the journal's count of sealed segments includes every segment sealed
- * before the bytes last subtracted from it were written: the two count bytes twice at worst. */
+ * written of its batch). Read after it, the journal's count of sealed segments includes every
+ * segment sealed before the bytes last subtracted from it were written: the two count bytes twice
+ * at worst. */
 uint64_t chime__wal_segment_bytes(struct chime__wal *w);
 uint64_t chime__wal_unwritten(struct chime__wal *w);
 
