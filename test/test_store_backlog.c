@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The journal's backlog (lib/store/compact.c, the throttle): while the flusher is held, puts are held
+ * The journal's backlog (lib/store/compact.c, THROTTLE): while the flusher is held, puts are held
  * back before the segments waiting for it pile up, counting the records the log still holds in
- * memory as well as the sealed segments; once the flusher goes on, the held puts complete and none
- * is lost. The fault hook holds the flusher (its first run's .tmp file is not created until the test
- * lets it) and counts the segment files that exist at once.
+ * memory as well as the sealed segments; once the flusher goes on, the held puts complete and
+ * none is lost. The fault hook holds the flusher (its first run's .tmp file is not created until
+ * the test lets it) and counts the segment files that exist at once.
  */
 #include "journal_util.h"
 
