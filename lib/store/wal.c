@@ -18,10 +18,10 @@
  * space means a commit's fdatasync logs no metadata: not a new file size, and not the conversion of
  * unwritten extents either, which a fallocate'd segment costs at each commit that reaches a new
  * block (an ext4 journal commit inside every fdatasync: 64 threads' SYNC_EACH puts ran 1.25-1.34x
- * faster without it, docs/perf.md). The zeros are written once per segment, off the commit path: the
- * flusher creates the next segment ahead of time (chime__wal_prepare) so that the writer does not
- * pause. Moving to a segment, the writer makes it the journal's head (head.h) before it publishes
- * any commit into it: one more small write and fdatasync per segment.
+ * faster without it, docs/perf.md). The zeros are written once per segment, off the commit path:
+ * the flusher creates the next segment ahead of time (chime__wal_prepare) so that the writer does
+ * not pause. Moving to a segment, the writer makes it the journal's head (head.h) before it
+ * publishes any commit into it: one more small write and fdatasync per segment.
  *
  * MARKS. Each batch's part in a segment is followed by a MARK in the same pwritev (room for it is
  * kept): where the part begins, the segment's number and its header's salt (format.md). Nothing of a
