@@ -52,11 +52,6 @@ static int hold_flusher(void *ctx, enum chime__io_op op, const char *name, int f
     return 0;
 }
 
-static struct chime__backend *open_journal(void)
-{
-    return journal_open_hourly(dir);
-}
-
 static void payload_of(int i, unsigned char *out)
 {
     for (int k = 0; k < PAYLOAD; k++)
@@ -101,7 +96,7 @@ static void puts_wait_for_a_held_flusher_before_segments_pile_up(void)
     dir = tmpdir_make("backlog");
     CHECK(dir != NULL, "mkdtemp");
     chime__io_set_fault(hold_flusher, NULL);
-    struct chime__backend *b = open_journal();
+    struct chime__backend *b = journal_open_hourly(dir);
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, putter, b), 0);
     /* Wait until the flusher is held and a put is held back (a poll: the putter, the log's writer
@@ -143,7 +138,7 @@ static void puts_wait_for_a_held_flusher_before_segments_pile_up(void)
     CHECK_EQ(chime__journal_ops.close(b), 0);
     chime__io_set_fault(NULL, NULL);
 
-    b = open_journal();
+    b = journal_open_hourly(dir);
     static int seen[KEYS];
     CHECK_EQ(chime__journal_ops.load(b, 0, UINT64_MAX, collect, seen), 0);
     for (int i = 0; i < KEYS; i++)

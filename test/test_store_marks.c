@@ -32,11 +32,6 @@ static char *path_in(const char *d, const char *name)
     return p;
 }
 
-static struct chime__backend *open_journal(void)
-{
-    return journal_open_hourly(dir);
-}
-
 /* Key i's payload: `len` bytes that name it. */
 static size_t payload_of(int i, size_t len, unsigned char *out)
 {
@@ -75,7 +70,7 @@ static int collect(void *ctx, const struct chime__timer *t)
 /* Open the journal in `dir`; expect exactly the keys m0..m(n-1) for which keep[i] (all if !keep). */
 static void expect_keys(int n, const int *keep)
 {
-    struct chime__backend *b = open_journal();
+    struct chime__backend *b = journal_open_hourly(dir);
     int seen[64] = { 0 };
     CHECK_EQ(chime__journal_ops.load(b, 0, UINT64_MAX, collect, seen), 0);
     for (int i = 0; i < 64; i++)
@@ -135,7 +130,7 @@ static void a_lost_page_of_the_last_group_commit_before_its_whole_mark_is_a_torn
      * pages and more. */
     dir = tmpdir_make("marks");
     CHECK(dir != NULL, "mkdtemp");
-    struct chime__backend *b = open_journal();
+    struct chime__backend *b = journal_open_hourly(dir);
     for (int i = 0; i < 3; i++) {
         put_key(b, i, 20);
         CHECK_EQ(chime__journal_ops.sync(b), 0);
@@ -190,7 +185,7 @@ static void a_new_segment_is_written_with_zeros_to_its_size(void)
 {
     dir = tmpdir_make("marks");
     CHECK(dir != NULL, "mkdtemp");
-    struct chime__backend *b = open_journal();
+    struct chime__backend *b = journal_open_hourly(dir);
     put_key(b, 0, 20);
     CHECK_EQ(chime__journal_ops.sync(b), 0);
     struct walk w;
@@ -258,7 +253,7 @@ static void a_group_commit_split_across_two_segments_reopens_whole(void)
     dir = tmpdir_make("marks");
     CHECK(dir != NULL, "mkdtemp");
     chime__io_set_fault(save_wal_1, NULL);
-    struct chime__backend *b = open_journal();
+    struct chime__backend *b = journal_open_hourly(dir);
     put_key(b, 0, 10);
     CHECK_EQ(chime__journal_ops.sync(b), 0);
     for (int i = 1; i < 18; i++)
