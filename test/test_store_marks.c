@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Group commits marked in the log (lib/store/wal.c, "MARKS"; format.md, "The reader's rules"), with
+ * Group commits marked in the log (lib/store/wal_writer.c, "MARKS"; format.md, "The reader's rules"), with
  * batches of many records, written through the journal with CHIME_SYNC_INTERVAL and an interval of
  * an hour, so that each backend sync is exactly one group commit of what was put since the last:
  *   - the last group commit spans pages; a page of it that never reached the disk reads as zeros
@@ -177,7 +177,7 @@ static void a_lost_page_of_the_last_group_commit_before_its_whole_mark_is_a_torn
     free(dir);
 }
 
-/* A segment is written to its full size when it is created (wal.c, SEGMENTS): its blocks are
+/* A segment is written to its full size when it is created (wal_writer.c, SEGMENTS): its blocks are
  * allocated and hold zeros after its records, and none of its extents is unwritten, so that a
  * commit into it need not log their conversion. FIEMAP shows the extents where the file system
  * supports it (ext4, xfs, btrfs); elsewhere only the size, the blocks and the zeros are checked. */

@@ -7,8 +7,8 @@
  *
  * THE RULE. The head is at least the number of every segment holding an acknowledged record: the
  * writer sets it to a segment's number, durably, before the first commit into that segment is
- * published (wal.c), and the log's first segment is created only once HEAD exists. It may be above
- * the newest file only while that segment's records were never acknowledged: open lowers it
+ * published (wal_writer.c), and the log's first segment is created only once HEAD exists. It may be
+ * above the newest file only while that segment's records were never acknowledged: open lowers it
  * (durably) before it deletes the newest segments that hold no whole record (replay.c).
  *
  * HEAD holds two slots, 4 KiB apart, each with a sequence number and a checksum; a write goes to

@@ -5,7 +5,7 @@
  * runs merged). docs/design.md ("The journal") explains the design; format.md is the format.
  *
  * THE PIECES
- *   wal       the write-ahead log: every change is one record appended there (wal.c)
+ *   wal       the write-ahead log: every change is one record appended there (wal.c, wal_writer.c)
  *   runs      immutable, due-ordered files holding what sealed segments held (run.c), oldest first
  *   index     key -> pending version and due time, key -> dead letter (index.c); rebuilt at open
  *
