@@ -37,7 +37,7 @@ struct chime__wal_config {
     void *ctx;
 };
 
-/* Create the first segment and start the writer thread. Return: 0; -ENOMEM, -EAGAIN, or an I/O
+/* Create the first segment and start the writer thread. Return: 0; -ENOMEM, -ECHILD, or an I/O
  * error creating the segment. */
 int chime__wal_open(struct chime__wal **out, const struct chime__wal_config *cfg);
 
