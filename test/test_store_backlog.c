@@ -4,9 +4,14 @@
  * back before the segments waiting for it pile up, counting the records the log still holds in
  * memory as well as the sealed segments; once the flusher goes on, the held puts complete and
  * none is lost. The fault hook holds the flusher (its first run's .tmp file is not created until
- * the test lets it) and counts the segment files that exist at once.
+ * the test lets it) and counts the segment files that exist at once. Then the unit the throttle
+ * counts the log's records in, on the log alone: never smaller than the segment being written.
  */
 #include "journal_util.h"
+
+#include <fcntl.h>
+
+#include "store/wal.h"
 
 #define KEYS 16000 /* 64 MB of records: 64 segments, were none held back */
 #define PAYLOAD 4000 /* 4 KB records: a 1 MiB segment holds about 260 */
@@ -148,9 +153,87 @@ static void puts_wait_for_a_held_flusher_before_segments_pile_up(void)
     free(dir);
 }
 
+/* Holds the log's writer at its first write of records until writes_go (the next test). */
+static int writes_go;
+
+static int hold_writes(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    (void)ctx;
+    (void)name;
+    (void)fd;
+    pthread_mutex_lock(&hook_lock);
+    while (op == CHIME_IO_WRITE && !writes_go)
+        pthread_cond_wait(&hook_cond, &hook_lock);
+    pthread_mutex_unlock(&hook_lock);
+    return 0;
+}
+
+/* The throttle's wait ends with a flush, and only a sealed segment brings one (THROTTLE). Records
+ * the log holds unwritten are counted in whole segments of the larger of the current segment's size
+ * and the next one's: counted in the next size alone, when segments shrink (the live data fell),
+ * records that all fit in the current segment could count as more than BACKLOG_MAX segments, and
+ * writing them would seal nothing: the wait would have nothing to end it. On the log alone, with
+ * no flusher: a first segment of 16 MiB, the next ones of 1 MiB, and the writer held before it
+ * writes any record (it writes at once beyond 4 MB). */
+static void records_are_counted_in_segments_no_smaller_than_the_one_they_go_to(void)
+{
+    char *wdir = tmpdir_make("backlog-unit");
+    CHECK(wdir != NULL, "mkdtemp");
+    int dfd = open(wdir, O_RDONLY | O_DIRECTORY);
+    CHECK(dfd >= 0, "open %s", wdir);
+    const uint64_t big = 16u << 20, small = 1u << 20;
+    struct chime__wal_config cfg = { .dir = dfd, .segment = 1, .next_version = 1,
+                                     .interval_ns = 3600 * SEC, .segment_bytes = big };
+    struct chime__wal *w;
+    CHECK_EQ(chime__wal_open(&w, &cfg), 0);
+    chime__io_set_fault(hold_writes, NULL); /* after the open's writes: the header, the zeros */
+    chime__wal_set_segment_bytes(w, small);
+    CHECK_EQ(chime__wal_segment_bytes(w), big); /* the current segment's size, not the next's */
+
+    /* 5 MiB of records: more than BACKLOG_MAX (4) segments of the next size */
+    static unsigned char payload[4000];
+    uint64_t end = 0;
+    for (int i = 0; i < 1300; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "u%d", i);
+        struct chime__rec r = { .type = CHIME__PUT, .key_len = (uint16_t)strlen(key), .key = key,
+                                .payload_len = sizeof payload, .payload = payload,
+                                .due = wall_ns() + 3600 * SEC };
+        CHECK_EQ(chime__wal_append(w, &r, 1, &end), 0);
+    }
+    uint64_t unwritten = chime__wal_unwritten(w), seg = chime__wal_segment_bytes(w);
+    printf("# %llu bytes unwritten, counted in segments of %llu bytes\n",
+           (unsigned long long)unwritten, (unsigned long long)seg);
+    CHECK(unwritten > CHIME__JOURNAL_BACKLOG_MAX * small, "%llu bytes unwritten",
+          (unsigned long long)unwritten);
+    CHECK(unwritten / seg <= CHIME__JOURNAL_BACKLOG_MAX, "counted as %llu segments",
+          (unsigned long long)(unwritten / seg));
+    /* and indeed writing them seals nothing: they all go to the first segment */
+    pthread_mutex_lock(&hook_lock);
+    writes_go = 1;
+    pthread_cond_broadcast(&hook_cond);
+    pthread_mutex_unlock(&hook_lock);
+    CHECK_EQ(chime__wal_sync(w), 0);
+    CHECK_EQ(chime__wal_unwritten(w), 0);
+    CHECK_EQ(chime__wal_current(w), 1);
+
+    /* Once the log has moved to a segment of the new size, that size is the unit. */
+    uint64_t sealed = 0;
+    CHECK_EQ(chime__wal_seal(w, &sealed), 0);
+    CHECK_EQ(sealed, 1);
+    CHECK_EQ(chime__wal_segment_bytes(w), small);
+    CHECK_EQ(chime__wal_close(w), 0);
+    chime__io_set_fault(NULL, NULL);
+    close(dfd);
+    tmpdir_remove(wdir);
+    free(wdir);
+}
+
 static const struct tap_test tests[] = {
     { "puts_wait_for_a_held_flusher_before_segments_pile_up",
       puts_wait_for_a_held_flusher_before_segments_pile_up },
+    { "records_are_counted_in_segments_no_smaller_than_the_one_they_go_to",
+      records_are_counted_in_segments_no_smaller_than_the_one_they_go_to },
 };
 
 int main(void)
