@@ -16,6 +16,7 @@
 
 #include "store/backend.h"
 #include "store/format.h"
+#include "store/head.h"
 #include "store/reader.h"
 
 #define N 40 /* puts in the segment */
@@ -292,22 +293,37 @@ static void late_segment(uint64_t number, int n, int zero_first)
     free(path);
 }
 
-/* wal-1 holds the N records with `n` bytes at `at` overwritten by `bytes`, then zeros to seg_size
- * (its preallocated space); wal-2 is late_segment(2, late, zero_first). Open must refuse with
- * -EBADMSG and leave both files for an operator to look at. */
-static void expect_damage(uint64_t at, const unsigned char *bytes, size_t n, int late, int zero_first)
+/* In scratch: wal-1 holding the N records with `n` bytes at `at` overwritten by `bytes` (none if
+ * n is 0), then zeros to seg_size (its preallocated space); wal-2 as late_segment(2, late,
+ * zero_first); and HEAD naming 2, as the writer left it when it moved to wal-2. */
+static void two_segments(uint64_t at, const unsigned char *bytes, size_t n, int late,
+                         int zero_first)
 {
     tmpdir_remove(scratch);
     mkdir(scratch, 0755);
+    int dfd = open(scratch, O_RDONLY | O_DIRECTORY);
+    struct chime__head h;
+    CHECK(dfd >= 0 && chime__head_open(dfd, 2, &h) == 0, "HEAD naming 2");
+    chime__head_close(&h);
+    close(dfd);
     char *wal1 = path_in(scratch, "wal-0000000000000001.log");
-    char *wal2 = path_in(scratch, "wal-0000000000000002.log");
     int fd = open(wal1, O_CREAT | O_WRONLY, 0644);
     CHECK(fd >= 0, "create");
     CHECK(pwrite(fd, segment, written, 0) == (ssize_t)written, "write");
-    CHECK(pwrite(fd, bytes, n, (off_t)at) == (ssize_t)n, "damage");
+    CHECK(n == 0 || pwrite(fd, bytes, n, (off_t)at) == (ssize_t)n, "damage");
     CHECK(ftruncate(fd, (off_t)seg_size) == 0, "size");
     close(fd);
+    free(wal1);
     late_segment(2, late, zero_first);
+}
+
+/* two_segments with the damage: open must refuse with -EBADMSG and leave both files for an
+ * operator to look at. */
+static void expect_damage(uint64_t at, const unsigned char *bytes, size_t n, int late, int zero_first)
+{
+    two_segments(at, bytes, n, late, zero_first);
+    char *wal1 = path_in(scratch, "wal-0000000000000001.log");
+    char *wal2 = path_in(scratch, "wal-0000000000000002.log");
     struct chime_store_config cfg = { .path = scratch };
     struct chime__backend *b;
     int err = chime__journal_ops.open(&b, &cfg, &no_sink);
@@ -320,6 +336,29 @@ static void expect_damage(uint64_t at, const unsigned char *bytes, size_t n, int
     CHECK(access(wal1, F_OK) == 0 && access(wal2, F_OK) == 0, "open changed a damaged journal");
     free(wal1);
     free(wal2);
+}
+
+static int count_keys(void *ctx, const struct chime__timer *t)
+{
+    int *n = ctx; /* n[0]: keys k*, n[1]: keys late* */
+    n[t->key_len >= 4 && !memcmp(t->key, "late", 4)]++;
+    return 0;
+}
+
+static void two_segments_undamaged_open_with_every_record(void)
+{
+    /* The setup of the damage tests below, without the damage: so that their refusals are the
+     * damage's doing (they were not: without HEAD, every one of them was refused as a journal
+     * missing its head, damaged or not; found in review). */
+    two_segments(0, NULL, 0, 2, 0);
+    struct chime_store_config cfg = { .path = scratch };
+    struct chime__backend *b;
+    CHECK_EQ(chime__journal_ops.open(&b, &cfg, &no_sink), 0);
+    int n[2] = { 0, 0 };
+    CHECK_EQ(chime__journal_ops.load(b, 0, UINT64_MAX, count_keys, n), 0);
+    CHECK(n[0] == N && n[1] == 2, "%d of the %d puts of wal-1 and %d of the 2 of wal-2", n[0], N,
+          n[1]);
+    CHECK_EQ(chime__journal_ops.close(b), 0);
 }
 
 static void damage_in_a_sealed_segment_refuses_to_open_ebadmsg(void)
@@ -410,6 +449,8 @@ static const struct tap_test tests[] = {
       a_flipped_byte_before_the_last_group_commit_refuses_to_open_ebadmsg },
     { "zeros_before_the_last_group_commit_refuse_to_open_ebadmsg",
       zeros_before_the_last_group_commit_refuse_to_open_ebadmsg },
+    { "two_segments_undamaged_open_with_every_record",
+      two_segments_undamaged_open_with_every_record },
     { "damage_in_a_sealed_segment_refuses_to_open_ebadmsg",
       damage_in_a_sealed_segment_refuses_to_open_ebadmsg },
     { "zeros_in_a_sealed_segment_refuse_to_open_ebadmsg",
