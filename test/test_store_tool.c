@@ -2,7 +2,8 @@
 /*
  * chime-store, the operator's tool (tools/chime-store.c), on a journal this test builds through the
  * API: list (pending by due time), dead, count, and verify on an intact journal, a torn tail, zeros
- * before records in a sealed segment, a damaged run, a lost HEAD and a lost run. The tool's path is
+ * before records in a sealed segment, a segment's damaged header, a damaged run, a lost HEAD and a
+ * lost run. The tool's path is
  * the first argument (meson passes it).
  */
 #include "store_util.h"
@@ -106,6 +107,19 @@ static void verify_names_damage_before_a_later_group_commit_in_the_newest_segmen
     CHECK_EQ(run_tool("verify", out, sizeof out), 0);
     CHECK(strstr(out, "wal-0000000000000002.log: ") && strstr(out, " 2 records in 2 group commits, ok\n"),
           "%s", out);
+}
+
+static void verify_names_a_damaged_header_of_a_written_segment_and_fails(void)
+{
+    /* wal-2's header with a flipped byte, its records after it: damage, as open says (-EBADMSG),
+     * not a creation a crash cut. */
+    char out[4096];
+    flip_wal_2(20);
+    CHECK_EQ(run_tool("verify", out, sizeof out), 1);
+    CHECK(strstr(out, "wal-0000000000000002.log: DAMAGED: its header is not whole") != NULL,
+          "wal-2 named:\n%s", out);
+    flip_wal_2(20);
+    CHECK_EQ(run_tool("verify", out, sizeof out), 0);
 }
 
 static void verify_passes_an_intact_journal_and_tolerates_a_torn_tail(void)
@@ -225,6 +239,8 @@ static const struct tap_test tests[] = {
       list_shows_pending_timers_by_due_time_and_dead_shows_dead_letters },
     { "verify_names_damage_before_a_later_group_commit_in_the_newest_segment_and_fails",
       verify_names_damage_before_a_later_group_commit_in_the_newest_segment_and_fails },
+    { "verify_names_a_damaged_header_of_a_written_segment_and_fails",
+      verify_names_a_damaged_header_of_a_written_segment_and_fails },
     { "verify_passes_an_intact_journal_and_tolerates_a_torn_tail",
       verify_passes_an_intact_journal_and_tolerates_a_torn_tail },
     { "verify_names_zeros_before_records_in_a_sealed_segment_and_fails",

@@ -388,6 +388,46 @@ static void a_written_segment_after_a_torn_one_refuses_to_open_ebadmsg(void)
     expect_damage(rec_start[N / 2] + 20, &c, 1, 1, 1); /* zeros, then the rest of a record */
 }
 
+static void a_flipped_byte_in_the_newest_segment_header_refuses_to_open_ebadmsg(void)
+{
+    /* The header was synced before any record went in: records after a bad header are damage.
+     * Taken for a creation a crash cut, the segment was deleted with every acknowledged put in it
+     * (found in review). */
+    for (uint64_t x = 0; x < CHIME__FILE_HEADER; x++)
+        refused(x, UINT64_MAX);
+}
+
+static void a_segment_whose_creation_a_crash_cut_is_dropped(void)
+{
+    /* wal-2 being created ahead of time when the process died: its header half written, zeros
+     * after it, HEAD still naming wal-1. Open keeps wal-1's puts and deletes wal-2. */
+    free(damaged_copy(written, seg_size, UINT64_MAX, UINT64_MAX));
+    unsigned char seg[4096] = { 0 };
+    chime__header_encode(seg, &(struct chime__file_header){ .lo = 2, .hi = 2, .next_version = 1000,
+                                                             .salt = 1 });
+    memset(seg + CHIME__FILE_HEADER / 2, 0, CHIME__FILE_HEADER / 2);
+    char *wal2 = path_in(scratch, "wal-0000000000000002.log");
+    int fd = open(wal2, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    CHECK(fd >= 0 && pwrite(fd, seg, sizeof seg, 0) == (ssize_t)sizeof seg, "write wal-2");
+    close(fd);
+    struct chime_store_config cfg = { .path = scratch };
+    struct chime__backend *b;
+    CHECK_EQ(chime__journal_ops.open(&b, &cfg, &no_sink), 0);
+    int seen[N] = { 0 };
+    CHECK_EQ(chime__journal_ops.load(b, 0, UINT64_MAX, collect, seen), 0);
+    for (int i = 0; i < N; i++)
+        CHECK(seen[i], "k%d lost", i);
+    CHECK_EQ(chime__journal_ops.close(b), 0);
+    /* The log starts again at number 2: a wal-2 is there, made anew with a whole header. */
+    unsigned char now[CHIME__FILE_HEADER];
+    struct chime__file_header h;
+    fd = open(wal2, O_RDONLY);
+    CHECK(fd >= 0 && pread(fd, now, sizeof now, 0) == (ssize_t)sizeof now, "read wal-2");
+    close(fd);
+    CHECK(chime__header_decode(now, &h) == 0 && h.lo == 2, "wal-2's header is still the cut one");
+    free(wal2);
+}
+
 static void damage_in_a_run_refuses_to_open_ebadmsg(void)
 {
     /* Open and close the intact journal: the segment becomes a run. Then flip a byte of a record. */
@@ -457,6 +497,10 @@ static const struct tap_test tests[] = {
       zeros_in_a_sealed_segment_refuse_to_open_ebadmsg },
     { "a_written_segment_after_a_torn_one_refuses_to_open_ebadmsg",
       a_written_segment_after_a_torn_one_refuses_to_open_ebadmsg },
+    { "a_flipped_byte_in_the_newest_segment_header_refuses_to_open_ebadmsg",
+      a_flipped_byte_in_the_newest_segment_header_refuses_to_open_ebadmsg },
+    { "a_segment_whose_creation_a_crash_cut_is_dropped",
+      a_segment_whose_creation_a_crash_cut_is_dropped },
     { "damage_in_a_run_refuses_to_open_ebadmsg", damage_in_a_run_refuses_to_open_ebadmsg },
     { "a_damaged_replacing_run_refuses_to_open_and_keeps_what_it_replaces",
       a_damaged_replacing_run_refuses_to_open_and_keeps_what_it_replaces },

@@ -308,9 +308,29 @@ static int cmd_verify(int dir)
             other_version = 1;
             continue;
         }
+        if (!err && (h.run || h.lo != f.segs[i])) {
+            chime__io_close(fd);
+            err = -EBADMSG; /* a whole header, of another file */
+        }
+        if (err == -EBADMSG) {
+            /* A creation a crash cut if nothing was written after the header (replay.c, step 3) */
+            int written = chime__reader_written(dir, name);
+            if (written < 0) {
+                printf("%s: %s\n", name, chime_strerror(written));
+                damaged = 1;
+            } else if (written == 1) {
+                printf("%s: DAMAGED: its header is not whole, or names another file, and records "
+                       "follow it (a header is synced before any record goes in)\n", name);
+                damaged = 1;
+            } else {
+                printf("%s: header not whole, nothing after it (a creation a crash cut)\n", name);
+                torn = 1;
+            }
+            continue;
+        }
         if (err) {
-            printf("%s: header not whole (%s)\n", name, chime_strerror(err));
-            torn = 1;
+            printf("%s: %s\n", name, chime_strerror(err));
+            damaged = 1;
             continue;
         }
         struct chime__reader rd;

@@ -169,3 +169,25 @@ int chime__file_open(int dir, const char *name, int *fd, uint64_t *size,
     }
     return err;
 }
+
+int chime__reader_written(int dir, const char *name)
+{
+    int fd = chime__io_openat(dir, name, O_RDONLY, 0);
+    if (fd < 0)
+        return fd;
+    uint64_t size = 0;
+    struct chime__reader rd;
+    struct chime__rec r;
+    int err = chime__io_size(fd, &size);
+    if (!err)
+        err = chime__reader_init(&rd, fd, CHIME__FILE_HEADER, size);
+    if (!err) {
+        /* a record, a MARK (not valid outside a segment's read), or zeros that data follows:
+         * written to; nothing but zeros: not */
+        err = chime__reader_next(&rd, &r);
+        err = err == 1 || err == -EBADMSG ? 1 : err;
+        chime__reader_free(&rd);
+    }
+    chime__io_close(fd);
+    return err;
+}

@@ -58,4 +58,9 @@ int chime__reader_next(struct chime__reader *r, struct chime__rec *rec);
  */
 int chime__reader_mark_after(struct chime__reader *r, uint64_t x, uint64_t *at, uint64_t *start);
 
+/* Whether anything was ever written to the segment file `name` in dir after its header: a record,
+ * whole or not, or any byte that is not zero (format.md, "written to"). The header itself is not
+ * read. Return: 1, 0, or an error opening or reading it. */
+int chime__reader_written(int dir, const char *name);
+
 #endif /* CHIME_STORE_READER_H */

@@ -11,7 +11,9 @@
  *    from them. Only then delete what step 1 set aside: a damaged run fails the open with the files
  *    it replaced still there.
  * 3. Read the segments in order and rebuild the index from their records, up to the first one that
- *    is not whole, or zeros that data follows (the reader's end is zeros up to the file's end). If
+ *    is not whole, or zeros that data follows (the reader's end is zeros up to the file's end); a
+ *    segment whose header is not whole is torn at its start, unless something was written after
+ *    it (then -EBADMSG: its header had been synced before any record went in). If
  *    a later segment was written to (anything but zeros after its header), that was damage: the
  *    writer had synced this one whole before writing there. Likewise if a whole MARK after it names
  *    a start after it: the batch that wrote that MARK was written only once everything before its
@@ -96,6 +98,17 @@ static int rebuild_one(void *ctx, const struct chime__rec *r)
     return rb->n > REBUILD_BATCH - 3 ? rebuild_flush(rb) : 0;
 }
 
+/* Whether anything was ever written to segment `number` after its header (chime__reader_written:
+ * a record, whole or not, or any byte that is not zero). The writer
+ * writes to a segment only after the one before it is complete and synced, so a torn segment
+ * followed by one that was written to was not torn by a crash. Return: 1, 0, or a read error. */
+static int written_to(int dir, uint64_t number)
+{
+    char name[CHIME__NAME_MAX];
+    chime__wal_name(name, number);
+    return chime__reader_written(dir, name);
+}
+
 /* Step 3 for one segment: rebuild from its whole records. *valid receives the offset after the last
  * whole record and *torn whether something else than zeros up to the file's end followed it. If so,
  * -EBADMSG if a later batch's MARK shows that it was damage (format.md, "The reader's rules"). */
@@ -112,7 +125,13 @@ static int scan_segment(int dir, uint64_t number, struct rebuild *rb, uint64_t *
     if (err == -EBADMSG || (!err && (h.run || h.lo != number))) {
         if (!err)
             chime__io_close(fd);
-        return 0; /* a header not whole: a creation a crash cut (torn, nothing valid) */
+        /* A header not whole, or not this segment's: a creation a crash cut (torn, nothing valid),
+         * if nothing was written after it. A header is synced before any record goes in and never
+         * rewritten, so records after a bad one are damage: taken for a cut creation, a flipped bit
+         * deleted every acknowledged record of the newest segment and the open succeeded (found
+         * in review). */
+        int written = written_to(dir, number);
+        return written == 1 ? -EBADMSG : written;
     }
     /* (-EPROTO: a segment of another format version fails the open, as any other error does.) */
     if (err)
@@ -142,33 +161,6 @@ static int scan_segment(int dir, uint64_t number, struct rebuild *rb, uint64_t *
     }
     *valid = rd.off;
     chime__reader_free(&rd);
-    chime__io_close(fd);
-    return err;
-}
-
-/* Whether anything was ever written to segment `number` after its header: a record, whole or not,
- * or any byte that is not zero (the reader returns 0 at once only if all of it is zero). The writer
- * writes to a segment only after the one before it is complete and synced, so a torn segment
- * followed by one that was written to was not torn by a crash. Return: 1, 0, or a read error. */
-static int written_to(int dir, uint64_t number)
-{
-    char name[CHIME__NAME_MAX];
-    chime__wal_name(name, number);
-    int fd = chime__io_openat(dir, name, O_RDONLY, 0);
-    if (fd < 0)
-        return fd;
-    uint64_t size = 0;
-    struct chime__reader rd;
-    struct chime__rec r;
-    int err = chime__io_size(fd, &size);
-    if (!err)
-        err = chime__reader_init(&rd, fd, CHIME__FILE_HEADER, size);
-    if (!err) {
-        err = chime__reader_next(&rd, &r);
-        if (err == 1 || err == -EBADMSG)
-            err = 1;
-        chime__reader_free(&rd);
-    }
     chime__io_close(fd);
     return err;
 }
