@@ -84,6 +84,18 @@ static inline char *tmpdir_make_fast(const char *tag)
 }
 
 /* Remove a directory and the files in it (journals have no subdirectories). */
+/* Whether fd's path (in /proc) contains `part`: "/wal-" for the log's segments, "/run-" for runs. */
+static inline int is_file(int fd, const char *part)
+{
+    char link[64], path[512];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    if (n <= 0)
+        return 0;
+    path[n] = 0;
+    return strstr(path, part) != NULL;
+}
+
 static inline void tmpdir_remove(const char *path)
 {
     DIR *d = opendir(path);

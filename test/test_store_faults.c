@@ -21,18 +21,6 @@
 static char *dir;
 static struct recorder rec;
 
-/* Whether fd's path (in /proc) contains `part`: "/wal-" for the log's segments, "/run-" for runs. */
-static int is_file(int fd, const char *part)
-{
-    char link[64], path[512];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, path, sizeof path - 1);
-    if (n <= 0)
-        return 0;
-    path[n] = 0;
-    return strstr(path, part) != NULL;
-}
-
 static int is_wal(int fd)
 {
     return is_file(fd, "/wal-");

@@ -91,35 +91,6 @@ int chime__journal_throttle(struct chime__backend *j)
     return err;
 }
 
-void chime__journal_fail(struct chime__backend *j, int err)
-{
-    pthread_mutex_lock(&j->lock);
-    /* The logic hears of the failure before any caller can see it (backend.h, D5: no handler may
-     * start once a call has returned the error), so the sink is told under the lock that guards
-     * j->error, before it is set. The sink only records the error; it does not call the journal. */
-    if (!j->failed_told && j->sink.failed)
-        j->sink.failed(j->sink.ctx, err);
-    j->failed_told = 1;
-    if (!j->error)
-        j->error = err;
-    /* release: pairs with the acquire load in chime__journal_error, so a caller that sees the error
-     * also sees the sink told before it (D5). */
-    atomic_store_explicit(&j->error_seen, j->error, memory_order_release);
-    pthread_cond_broadcast(&j->done);
-    pthread_cond_broadcast(&j->work);
-    pthread_mutex_unlock(&j->lock);
-}
-
-int chime__journal_error(struct chime__backend *j)
-{
-    int err = j->wal ? chime__wal_error(j->wal) : 0;
-    if (err)
-        return err;
-    /* acquire: pairs with the release store in chime__journal_fail. Every put and cancel asks this,
-     * so it takes no lock. */
-    return atomic_load_explicit(&j->error_seen, memory_order_acquire);
-}
-
 void chime__journal_sealed(void *ctx, uint64_t segment, uint64_t used)
 {
     struct chime__backend *j = ctx;
@@ -471,13 +442,24 @@ static int maybe_merge(struct chime__backend *j)
 #define FLUSH_BATCH_BYTES ((uint64_t)32 << 20) /* segment bytes read into one flush at most */
 #define FLUSH_BATCH_COUNT 64
 
+/* The log's next segment, created ahead of time. No space or no descriptor is not sticky: the
+ * writer tries again when it needs the segment, and fails for good then if it must. -EIO is: a
+ * device error, perhaps from the directory's fsync, which reports it once and may then succeed
+ * for the next caller (found in review: the writer's own creation could then pass over it). */
+static void prepare_segment(struct chime__backend *j)
+{
+    int err = chime__wal_prepare(j->wal);
+    if (err == -EIO)
+        chime__journal_fail(j, err);
+}
+
 static void *flusher_main(void *arg)
 {
     struct chime__backend *j = arg;
     int err = maybe_merge(j); /* what earlier lives (or crashes) left, before anything new */
     if (err)
         chime__journal_fail(j, err);
-    chime__wal_prepare(j->wal); /* not sticky: the log retries, and fails for good itself */
+    prepare_segment(j);
     uint64_t valid[FLUSH_BATCH_COUNT];
     pthread_mutex_lock(&j->lock);
     while (!j->stopping && !j->error) {
@@ -535,7 +517,7 @@ static void *flusher_main(void *arg)
             err = maybe_merge(j);
         }
         if (!err)
-            chime__wal_prepare(j->wal);
+            prepare_segment(j);
         if (err)
             chime__journal_fail(j, err);
         pthread_mutex_lock(&j->lock);

@@ -18,6 +18,39 @@
 #include "store/journal.h"
 #include "store/merge.h"
 
+/* ---- the journal's sticky error (journal.h) ---- */
+
+void chime__journal_fail(struct chime__backend *j, int err)
+{
+    pthread_mutex_lock(&j->lock);
+    /* The logic hears of the failure before any caller can see it (backend.h, D5: no handler may
+     * start once a call has returned the error), so the sink is told under the lock that guards
+     * j->error, before it is set. The sink only records the error; it does not call the journal. */
+    if (!j->failed_told && j->sink.failed)
+        j->sink.failed(j->sink.ctx, err);
+    j->failed_told = 1;
+    if (!j->error)
+        j->error = err;
+    /* release: pairs with the acquire load in chime__journal_error, so a caller that sees the error
+     * also sees the sink told before it (D5). */
+    atomic_store_explicit(&j->error_seen, j->error, memory_order_release);
+    pthread_cond_broadcast(&j->done);
+    pthread_cond_broadcast(&j->work);
+    pthread_mutex_unlock(&j->lock);
+}
+
+int chime__journal_error(struct chime__backend *j)
+{
+    int err = j->wal ? chime__wal_error(j->wal) : 0;
+    if (err)
+        return err;
+    /* acquire: pairs with the release store in chime__journal_fail. Every put and cancel asks this,
+     * so it takes no lock. */
+    return atomic_load_explicit(&j->error_seen, memory_order_acquire);
+}
+
+/* ---- the operations ---- */
+
 static int sync_each(const struct chime__backend *j)
 {
     return j->cfg->sync != CHIME_SYNC_INTERVAL;

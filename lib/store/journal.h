@@ -75,7 +75,7 @@ struct chime__backend {
     int failed_told;           /* sink->failed was called */
     uint64_t throttled;        /* callers held back by chime__journal_throttle now (for tests) */
 
-    _Atomic int error_seen;       /* error, for the put path's check without the lock (compact.c) */
+    _Atomic int error_seen;       /* error, for the put path's check without the lock (journal.c) */
     _Atomic int index_asked;      /* the index's write batches want the flusher (compact.c) */
     _Atomic uint64_t backlog;     /* sealed segments not yet flushed (= sealed - flushed) */
     _Atomic uint64_t flushes, merges; /* statistics, for tests and benchmarks */
@@ -113,6 +113,8 @@ int chime__journal_throttle(struct chime__backend *j);
 /* Ask the flusher to write out the index's pending writes (chime__index_flush), once until it has
  * begun; called after a change when chime__index_flush_wanted says so. */
 void chime__journal_ask_index_flush(struct chime__backend *j);
+
+/* journal.c */
 /* The first sticky error of the log or the journal, or 0; tells the sink once. */
 int chime__journal_error(struct chime__backend *j);
 /* Record a sticky error (and tell the sink, once). */

@@ -83,8 +83,8 @@ uint64_t chime__wal_segment_bytes(struct chime__wal *w);
 uint64_t chime__wal_unwritten(struct chime__wal *w);
 
 /* Create the next segment ahead of time, so that the writer does not pause to create it. Called by
- * the flusher thread; a no-op if one is ready. Return: 0 or the error (it is not sticky here: the
- * writer will try again, and fail for good then). */
+ * the flusher thread; a no-op if one is ready. Return: 0 or the error (not sticky in the log: the
+ * writer will try again, and fail for good then; the flusher fails the journal for -EIO). */
 int chime__wal_prepare(struct chime__wal *w);
 
 /* The sticky error, or 0. Any thread, no lock. */
