@@ -182,7 +182,7 @@ static void a_mark_round_trips_and_is_valid_only_where_its_segment_can_hold_it(v
     unsigned char buf[CHIME__MARK_LEN];
     struct chime__file_header seg = { 0, 12, 12, 1, 0, 0x5a17, 0 }, run = { 1, 12, 12, 1, 0, 0, 64 };
     chime__mark_encode(buf, &(struct chime__batch_mark){ .start = 256, .segment = 12,
-                                                         .salt = 0x5a17 });
+                                                         .salt = 0x5a17, .prev_end = 0x1238 });
     struct chime__rec r;
     struct chime__batch_mark m;
     uint32_t len = 0;
@@ -190,7 +190,8 @@ static void a_mark_round_trips_and_is_valid_only_where_its_segment_can_hold_it(v
     CHECK_EQ(len, CHIME__MARK_LEN);
     CHECK_EQ(r.type, CHIME__MARK);
     CHECK(chime__mark_valid(&r, &seg, 256, &m), "a MARK right after its batch's start");
-    CHECK(m.start == 256 && m.segment == 12 && m.salt == 0x5a17, "its fields");
+    CHECK(m.start == 256 && m.segment == 12 && m.salt == 0x5a17 && m.prev_end == 0x1238,
+          "its fields");
     CHECK(chime__mark_valid(&r, &seg, 4096, NULL), "a MARK after its batch's records");
     CHECK(!chime__mark_valid(&r, &seg, 248, NULL), "a MARK before the start it names");
     CHECK(!chime__mark_valid(&r, &run, 4096, NULL), "a MARK in a run");

@@ -6,7 +6,8 @@
  *   - the last group commit spans pages; a page of it that never reached the disk reads as zeros
  *     while its MARK, after it, did reach it: still a torn tail, every record before the page kept;
  *   - a group commit too big for what is left of a segment goes partly in the next, each part with
- *     its own MARK; the journal reopens with every record;
+ *     its own MARK, the next segment's naming where the first ended; the journal reopens with every
+ *     record;
  *   - a new segment is written with zeros to its size, none of its extents left unwritten;
  *   - a journal whose files are of format version 1 (before MARKs) is refused with -EPROTO, and
  *     nothing in it is changed.
@@ -83,7 +84,7 @@ struct walk {
     unsigned char *buf;
     uint64_t size;
     struct chime__file_header h;
-    uint64_t rec[64], rec_end[64], mark[64], mark_start[64];
+    uint64_t rec[64], rec_end[64], mark[64], mark_start[64], mark_prev_end[64];
     int nrec, nmark;
 };
 
@@ -115,6 +116,7 @@ static void walk_segment(const char *name, struct walk *w)
             struct chime__batch_mark m;
             CHECK(chime__mark_valid(&r, &w->h, off, &m), "a MARK of %s", name);
             w->mark[w->nmark] = off;
+            w->mark_prev_end[w->nmark] = m.prev_end;
             w->mark_start[w->nmark++] = m.start;
         } else {
             w->rec[w->nrec] = off;
@@ -292,6 +294,12 @@ static void a_group_commit_split_across_two_segments_reopens_whole(void)
     /* wal-2: the rest of the big commit from its first byte, then the two small ones. */
     CHECK(two.nrec == 20 - one.nrec && two.nmark == 3 && two.mark_start[0] == CHIME__FILE_HEADER,
           "wal-2: %d records, %d MARKs", two.nrec, two.nmark);
+    /* Each MARK says where the segment before its own ended: wal-2's, where wal-1's last MARK
+     * ends; wal-1's, nothing (the first segment since the open). */
+    for (int i = 0; i < one.nmark; i++)
+        CHECK_EQ(one.mark_prev_end[i], 0);
+    for (int i = 0; i < two.nmark; i++)
+        CHECK_EQ(two.mark_prev_end[i], one.mark[1] + CHIME__MARK_LEN);
     free(one.buf);
     free(two.buf);
     char *saved = path_in(dir, "wal-1.saved");

@@ -2,8 +2,8 @@
 /*
  * chime-store, the operator's tool (tools/chime-store.c), on a journal this test builds through the
  * API: list (pending by due time), dead, count, and verify on an intact journal, a torn tail, zeros
- * before records in a sealed segment, a segment's damaged header, a damaged run, a lost HEAD and a
- * lost run. The tool's path is
+ * before records in a sealed segment, a segment's damaged header, a sealed segment's lost last
+ * group commit (on a log of its own), a damaged run, a lost HEAD and a lost run. The tool's path is
  * the first argument (meson passes it).
  */
 #include "store_util.h"
@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 
 #include "store/format.h"
+#include "store/wal.h"
 
 static const char *tool;
 static char *dir;
@@ -179,6 +180,68 @@ static void verify_names_zeros_before_records_in_a_sealed_segment_and_fails(void
     CHECK(strstr(out, "\nDAMAGED") != NULL, "%s", out);
 }
 
+/* A log of its own, written by the log's writer alone: wal-1 with two group commits, sealed, then
+ * wal-2 with one. Return: its directory; *end1 where wal-1's records end, *last1 where its last
+ * group commit begins. */
+static char *two_segment_log(uint64_t *end1, uint64_t *last1)
+{
+    char *d = tmpdir_make("tool-log");
+    CHECK(d != NULL, "mkdtemp");
+    int dfd = open(d, O_RDONLY | O_DIRECTORY);
+    CHECK(dfd >= 0, "open %s", d);
+    struct chime__wal_config cfg = { .dir = dfd, .segment = 1, .next_version = 1,
+                                     .interval_ns = 3600 * SEC, .segment_bytes = 1u << 20 };
+    struct chime__wal *w;
+    CHECK_EQ(chime__wal_open(&w, &cfg), 0);
+    uint64_t end = 0, sealed = 0;
+    for (int i = 0; i < 3; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "log%d", i);
+        struct chime__rec r = { .type = CHIME__PUT, .key_len = (uint16_t)strlen(key), .key = key,
+                                .payload_len = 1, .payload = "x", .due = wall_ns() + 3600 * SEC };
+        CHECK_EQ(chime__wal_append(w, &r, 1, &end), 0);
+        CHECK_EQ(chime__wal_sync(w), 0); /* a group commit each */
+        if (i == 0)
+            *last1 = CHIME__FILE_HEADER + chime__rec_len(r.key_len, 1) + CHIME__MARK_LEN;
+        if (i == 1) {
+            *end1 = *last1 + chime__rec_len(r.key_len, 1) + CHIME__MARK_LEN;
+            CHECK_EQ(chime__wal_seal(w, &sealed), 0);
+            CHECK_EQ(sealed, 1);
+        }
+    }
+    CHECK_EQ(chime__wal_close(w), 0);
+    close(dfd);
+    return d;
+}
+
+static void verify_names_a_lost_last_batch_of_a_sealed_segment_and_fails(void)
+{
+    uint64_t end1 = 0, last1 = 0;
+    char *d = two_segment_log(&end1, &last1);
+    char out[4096], *saved = dir;
+    dir = d;
+    CHECK_EQ(run_tool("verify", out, sizeof out), 0);
+    CHECK(strstr(out, "\nok\n") != NULL, "%s", out);
+    /* wal-1's last group commit lost: zeros up to its end, as if never used */
+    char *wal;
+    CHECK(asprintf(&wal, "%s/wal-0000000000000001.log", d) >= 0, "asprintf");
+    int fd = open(wal, O_RDWR);
+    static const unsigned char zeros[4096];
+    CHECK(fd >= 0 && pwrite(fd, zeros, end1 - last1, (off_t)last1) == (ssize_t)(end1 - last1),
+          "zero %s", wal);
+    close(fd);
+    free(wal);
+    CHECK_EQ(run_tool("verify", out, sizeof out), 1);
+    char want[200];
+    snprintf(want, sizeof want, "wal-0000000000000002.log: DAMAGED: its group commits say the "
+             "segment before it ended at offset %llu, where its records end at %llu",
+             (unsigned long long)end1, (unsigned long long)last1);
+    CHECK(strstr(out, want) != NULL, "wanted \"%s\" in:\n%s", want, out);
+    dir = saved;
+    tmpdir_remove(d);
+    free(d);
+}
+
 static void verify_names_a_damaged_run_and_fails(void)
 {
     char *run;
@@ -245,6 +308,8 @@ static const struct tap_test tests[] = {
       verify_passes_an_intact_journal_and_tolerates_a_torn_tail },
     { "verify_names_zeros_before_records_in_a_sealed_segment_and_fails",
       verify_names_zeros_before_records_in_a_sealed_segment_and_fails },
+    { "verify_names_a_lost_last_batch_of_a_sealed_segment_and_fails",
+      verify_names_a_lost_last_batch_of_a_sealed_segment_and_fails },
     { "verify_names_a_damaged_run_and_fails", verify_names_a_damaged_run_and_fails },
     { "verify_names_a_lost_head_and_list_refuses", verify_names_a_lost_head_and_list_refuses },
     { "verify_names_a_lost_run_and_list_refuses", verify_names_a_lost_run_and_list_refuses },

@@ -264,8 +264,10 @@ static void zeros_before_the_last_group_commit_refuse_to_open_ebadmsg(void)
     refused(UINT64_MAX, rec_start[0]);
 }
 
-/* Segment `number` in scratch: a header, then records of keys late0..late(n-1), then zeros to 4096
- * bytes, as if preallocated; 8 zero bytes over the start of the first record if `zero_first`. */
+/* Segment `number` in scratch: a header, then records of keys late0..late(n-1) and their group
+ * commit's MARK, which says the segment before ended at `written` (wal-1, whole), then zeros to
+ * 4096 bytes, as if preallocated; 8 zero bytes over the start of its first record if
+ * `zero_first`. */
 static void late_segment(uint64_t number, int n, int zero_first)
 {
     unsigned char seg[4096] = { 0 };
@@ -281,6 +283,10 @@ static void late_segment(uint64_t number, int n, int zero_first)
         chime__rec_encode(seg + off, &r);
         off += chime__rec_len(r.key_len, r.payload_len);
     }
+    if (n)
+        chime__mark_encode(seg + off, &(struct chime__batch_mark){
+                                          .start = CHIME__FILE_HEADER, .segment = number, .salt = 1,
+                                          .prev_end = written });
     if (zero_first)
         memset(seg + CHIME__FILE_HEADER, 0, 8);
     char name[CHIME__NAME_MAX];
@@ -359,6 +365,16 @@ static void two_segments_undamaged_open_with_every_record(void)
     CHECK(n[0] == N && n[1] == 2, "%d of the %d puts of wal-1 and %d of the 2 of wal-2", n[0], N,
           n[1]);
     CHECK_EQ(chime__journal_ops.close(b), 0);
+}
+
+static void a_lost_write_of_a_sealed_segments_last_batch_refuses_to_open_ebadmsg(void)
+{
+    /* wal-1's last group commit (its record and MARK) reads back as zeros up to the segment's end,
+     * like unused space; wal-2's MARK says wal-1 ended after it (found in review: open kept going
+     * without it). Also the last batch's MARK alone lost. */
+    static const unsigned char zeros[4096];
+    expect_damage(rec_start[N - 1], zeros, written - rec_start[N - 1], 1, 0);
+    expect_damage(rec_end[N - 1], zeros, written - rec_end[N - 1], 1, 0);
 }
 
 static void damage_in_a_sealed_segment_refuses_to_open_ebadmsg(void)
@@ -491,6 +507,8 @@ static const struct tap_test tests[] = {
       zeros_before_the_last_group_commit_refuse_to_open_ebadmsg },
     { "two_segments_undamaged_open_with_every_record",
       two_segments_undamaged_open_with_every_record },
+    { "a_lost_write_of_a_sealed_segments_last_batch_refuses_to_open_ebadmsg",
+      a_lost_write_of_a_sealed_segments_last_batch_refuses_to_open_ebadmsg },
     { "damage_in_a_sealed_segment_refuses_to_open_ebadmsg",
       damage_in_a_sealed_segment_refuses_to_open_ebadmsg },
     { "zeros_in_a_sealed_segment_refuse_to_open_ebadmsg",

@@ -260,7 +260,7 @@ static int cmd_verify(int dir)
         fprintf(stderr, "chime-store: %s\n", chime_strerror(err));
         return 1;
     }
-    uint64_t total = 0, records = 0;
+    uint64_t total = 0, records = 0, prev_valid = UINT64_MAX; /* the last segment's end, if known */
     int damaged = 0, torn = 0, other_version = 0;
     if (f.chain == CHIME__CHAIN_GAP) {
         printf("MISSING: segments %" PRIu64 " to %" PRIu64 " are in no file (a run or segment was "
@@ -306,6 +306,7 @@ static int cmd_verify(int dir)
         if (err == -EPROTO) {
             printf("%s: %s\n", name, chime_strerror(err));
             other_version = 1;
+            prev_valid = UINT64_MAX;
             continue;
         }
         if (!err && (h.run || h.lo != f.segs[i])) {
@@ -326,11 +327,13 @@ static int cmd_verify(int dir)
                 printf("%s: header not whole, nothing after it (a creation a crash cut)\n", name);
                 torn = 1;
             }
+            prev_valid = UINT64_MAX;
             continue;
         }
         if (err) {
             printf("%s: %s\n", name, chime_strerror(err));
             damaged = 1;
+            prev_valid = UINT64_MAX;
             continue;
         }
         struct chime__reader rd;
@@ -350,6 +353,15 @@ static int cmd_verify(int dir)
         else
             printf("%s: %" PRIu64 " bytes, %" PRIu64 " records in %" PRIu64 " group commits, ok\n",
                    name, size, n, rd.marks);
+        /* Its MARKs name where the segment before it ended (replay.c, step 3). */
+        if (rd.prev_end && i > 0 && f.segs[i - 1] + 1 == f.segs[i] && prev_valid != UINT64_MAX &&
+            prev_valid != rd.prev_end) {
+            printf("%s: DAMAGED: its group commits say the segment before it ended at offset "
+                   "%" PRIu64 ", where its records end at %" PRIu64 " (a lost write)\n", name,
+                   rd.prev_end, prev_valid);
+            damaged = 1;
+        }
+        prev_valid = rd.off;
         if (marked < 0)
             printf("%s: %s\n", name, chime_strerror(marked));
         else if (marked)

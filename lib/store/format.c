@@ -71,13 +71,14 @@ void chime__mark_encode(void *dst, const struct chime__batch_mark *m)
     put64(p + 16, m->start);
     put64(p + 24, m->segment);
     put64(p + 40, m->salt);
+    put64(p + 48, m->prev_end);
     put32(p, chime__crc_mask(chime__crc32c(0, p + 4, CHIME__MARK_LEN - 4)));
 }
 
 static int mark_fields_ok(const unsigned char *p, uint32_t len)
 {
     if (len != CHIME__MARK_LEN || p[9] || get16(p + 10) || get32(p + 12) || get32(p + 32) ||
-        get32(p + 36) || get64(p + 48) || get64(p + 56))
+        get32(p + 36) || get64(p + 56))
         return 0;
     return get64(p + 16) != 0 && get64(p + 40) != 0; /* a start and a salt are never 0 */
 }
@@ -88,11 +89,11 @@ int chime__mark_valid(const struct chime__rec *r, const struct chime__file_heade
     if (r->type != CHIME__MARK || h->run)
         return 0;
     /* chime__rec_decode left a MARK's fields where its layout puts them: see there. */
-    uint64_t start = r->version, segment = r->due, salt = r->kill_version;
+    uint64_t start = r->version, segment = r->due, salt = r->kill_version, prev_end = r->kill_due;
     if (segment != h->lo || salt != h->salt || start % 8 || start < CHIME__FILE_HEADER || start > at)
         return 0;
     if (m)
-        *m = (struct chime__batch_mark){ start, segment, salt };
+        *m = (struct chime__batch_mark){ start, segment, salt, prev_end };
     return 1;
 }
 
@@ -145,7 +146,8 @@ enum chime__decoded chime__rec_decode(const void *buf, size_t avail, struct chim
     out->kill_version = get64(p + 40);
     out->kill_due = get64(p + 48);
     out->kill_dead = get64(p + 56);
-    /* A MARK's start, segment and salt land in version, due and kill_version (chime__mark_valid). */
+    /* A MARK's start, segment, salt and prev_end land in version, due, kill_version and kill_due
+     * (chime__mark_valid). */
     out->key = out->key_len ? p + CHIME__REC_HEADER : NULL;
     out->payload = out->payload_len ? p + CHIME__REC_HEADER + out->key_len : NULL;
     out->raw = p;

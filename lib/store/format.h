@@ -15,7 +15,7 @@
 #define CHIME__REC_HEADER 64  /* bytes before a record's key */
 #define CHIME__REC_MAX (CHIME__REC_HEADER + CHIME_STORE_KEY_MAX + CHIME_STORE_PAYLOAD_MAX)
 #define CHIME__MARK_LEN 64    /* a MARK record: a header, no key */
-#define CHIME__FORMAT_VERSION 3 /* every file's header; a file of another version: -EPROTO */
+#define CHIME__FORMAT_VERSION 4 /* every file's header; a file of another version: -EPROTO */
 
 enum chime__rec_type {
     CHIME__PUT = 1,  /* a pending timer */
@@ -97,6 +97,8 @@ struct chime__batch_mark {
     uint64_t start;   /* the segment offset where the group commit's records in this segment begin */
     uint64_t segment; /* the segment's number */
     uint64_t salt;    /* the segment header's salt */
+    uint64_t prev_end; /* the previous segment's end (its bytes holding records and MARKs, header
+                          included) when the writer moved here from it; 0 after an open */
 };
 
 /* Write the MARK m at dst (CHIME__MARK_LEN bytes, checksum included). */

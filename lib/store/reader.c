@@ -102,8 +102,11 @@ again:
     if (d == CHIME__REC_BAD)
         return -EBADMSG;
     if (rec->type == CHIME__MARK) { /* a group commit's end: no timer */
-        if (!r->segment || !chime__mark_valid(rec, &r->h, r->off, NULL))
+        struct chime__batch_mark m;
+        if (!r->segment || !chime__mark_valid(rec, &r->h, r->off, &m))
             return -EBADMSG;
+        if (!r->marks)
+            r->prev_end = m.prev_end; /* every MARK of a segment names the same */
         r->marks++;
         r->start += len;
         r->off += len;

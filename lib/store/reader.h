@@ -22,6 +22,8 @@ struct chime__reader {
     int segment;         /* 1: a segment, whose MARKs are skipped (0: a run: a MARK is damage) */
     struct chime__file_header h; /* a segment's header: what its MARKs must name */
     uint64_t marks;      /* MARKs skipped so far */
+    uint64_t prev_end;   /* the first MARK's prev_end (format.md): the previous segment's end; 0
+                            if none was read, or the writer came to this segment from an open */
 };
 
 /* Open the journal file `name` in dir read-only and read its header. Return: 0, with *fd, *size and

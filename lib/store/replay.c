@@ -13,7 +13,8 @@
  * 3. Read the segments in order and rebuild the index from their records, up to the first one that
  *    is not whole, or zeros that data follows (the reader's end is zeros up to the file's end); a
  *    segment whose header is not whole is torn at its start, unless something was written after
- *    it (then -EBADMSG: its header had been synced before any record went in). If
+ *    it (then -EBADMSG: its header had been synced before any record went in). A segment whose
+ *    MARKs say the one before it ended elsewhere than where its records do is damage too. If
  *    a later segment was written to (anything but zeros after its header), that was damage: the
  *    writer had synced this one whole before writing there. Likewise if a whole MARK after it names
  *    a start after it: the batch that wrote that MARK was written only once everything before its
@@ -111,13 +112,16 @@ static int written_to(int dir, uint64_t number)
 
 /* Step 3 for one segment: rebuild from its whole records. *valid receives the offset after the last
  * whole record and *torn whether something else than zeros up to the file's end followed it. If so,
- * -EBADMSG if a later batch's MARK shows that it was damage (format.md, "The reader's rules"). */
-static int scan_segment(int dir, uint64_t number, struct rebuild *rb, uint64_t *valid, int *torn)
+ * -EBADMSG if a later batch's MARK shows that it was damage (format.md, "The reader's rules").
+ * *prev_end receives where its MARKs say the segment before it ended (0: they do not say). */
+static int scan_segment(int dir, uint64_t number, struct rebuild *rb, uint64_t *valid, int *torn,
+                        uint64_t *prev_end)
 {
     char name[CHIME__NAME_MAX];
     chime__wal_name(name, number);
     *valid = 0;
     *torn = 1;
+    *prev_end = 0;
     int fd;
     uint64_t size = 0;
     struct chime__file_header h;
@@ -160,6 +164,7 @@ static int scan_segment(int dir, uint64_t number, struct rebuild *rb, uint64_t *
         break;
     }
     *valid = rd.off;
+    *prev_end = rd.prev_end;
     chime__reader_free(&rd);
     chime__io_close(fd);
     return err;
@@ -226,7 +231,12 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
         err = -ENOMEM;
     for (size_t i = 0; !err && i < l.nsegs; i++) {
         int torn;
-        err = scan_segment(j->dir, l.segs[i], &rb, &valid[i], &torn);
+        uint64_t prev_end;
+        err = scan_segment(j->dir, l.segs[i], &rb, &valid[i], &torn, &prev_end);
+        /* Its MARKs name where the segment before it ended: a lost write of that one's last batch
+         * read as its unused space (zeros to its end), and only this tells (format.md). */
+        if (!err && prev_end && i > 0 && l.segs[i - 1] + 1 == l.segs[i] && valid[i - 1] != prev_end)
+            err = -EBADMSG;
         if (err || !torn)
             continue;
         for (size_t k = i + 1; !err && k < l.nsegs; k++) {

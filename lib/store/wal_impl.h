@@ -56,6 +56,7 @@ struct chime__wal {
     struct chime__head head; /* names the current segment (head.h) */
     uint64_t seg_off, seg_size;
     uint64_t seg_number, seg_salt; /* the current segment's number and header salt, for its MARKs */
+    uint64_t prev_end;     /* the previous segment's end, for its MARKs (0: the first since open) */
     struct timespec last_commit;
 
     _Atomic int error_seen;         /* `error`, for chime__wal_error's look without the lock */

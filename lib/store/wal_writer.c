@@ -19,7 +19,9 @@
  * MARKS. Each batch's part in a segment is followed by a MARK in the same pwritev (room for it is
  * kept): where the part begins, the segment's number and its header's salt (format.md). Nothing of a
  * batch is written before the previous batch's fdatasync returned, so a whole MARK proves every byte
- * of its segment before its start synced: the reader tells damage there from a torn tail. MARKs are
+ * of its segment before its start synced: the reader tells damage there from a torn tail. A MARK
+ * also names where the previous segment ended (prev_end, 0 in the first segment since open): a
+ * lost write of that segment's last batch reads as its unused space, and only this tells. MARKs are
  * not appended: LSNs count records only (`done` below, an offset in the batch's buffer, is an LSN
  * difference); seg_off, and the `used` a seal reports, count MARKs too.
  *
@@ -120,6 +122,7 @@ static int next_segment(struct chime__wal *w, uint64_t at)
     }
     chime__io_close(w->fd);
     uint64_t used = w->seg_off;
+    w->prev_end = used;
     w->fd = fd;
     w->seg_off = CHIME__FILE_HEADER;
     w->seg_size = size;
@@ -162,7 +165,7 @@ static int write_batch(struct chime__wal *w, const unsigned char *buf, size_t le
         if (take) {
             unsigned char mark[CHIME__MARK_LEN];
             struct chime__batch_mark m = { .start = w->seg_off, .segment = w->seg_number,
-                                           .salt = w->seg_salt };
+                                           .salt = w->seg_salt, .prev_end = w->prev_end };
             chime__mark_encode(mark, &m);
             int err = chime__io_pwrite2(w->fd, buf + done, take, mark, sizeof mark, w->seg_off);
             if (err)
