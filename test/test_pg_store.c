@@ -161,6 +161,36 @@ static void test_retries_count_attempts_and_dead_letters_can_be_requeued(void)
     CHECK_EQ(chime_store_close(s), 0);
 }
 
+/* Until `n` more polls of the node's loader have ended. */
+static void wait_polls(chime_store *s, uint64_t n)
+{
+    uint64_t until = atomic_load(&s->b->polls) + n;
+    while (atomic_load(&s->b->polls) < until)
+        sleep_ms(10); /* a poll: the loader polls on its own, once a second */
+}
+
+static void test_a_requeued_dead_letter_is_read_back_by_the_poll(void)
+{
+    /* Its caller arms it with the epoch it read before the commit; a takeover in between would
+     * read the shard without it and make that epoch stale, so the requeue's transaction is never
+     * one the poll skips (found in review: with the notification lost too, the timer never fired).
+     * Here the node holds the shard throughout: the poll must still read the row and arm it. */
+    fresh();
+    rec.reply = retry_twice; /* "doomed" goes to the dead letters */
+    chime_store *s = open_node("a");
+    CHECK_EQ(chime_store_put(s, "doomed", 6, "d", 1, wall_ns() + 100 * MS), 0);
+    recorder_wait_key(&rec, "doomed", 1, NULL);
+    store_wait_idle(s);
+    CHECK_EQ(chime_store_sync(s), 0);
+    rec.reply = NULL;
+    wait_polls(s, 2);
+    uint64_t armed = atomic_load(&s->b->armed);
+    CHECK_EQ(chime_store_dead_requeue(s, "doomed", 6, wall_ns() + 20 * SEC), 0);
+    wait_polls(s, 2); /* the second began after the requeue's commit */
+    CHECK(atomic_load(&s->b->armed) > armed, "the poll skipped the requeue's transaction");
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
 /* Put a timer due at now + window and close: if close returned within the window, the timer has
  * not fired, and fires after the reopen, as its first attempt. */
 static bool survive_in(uint64_t window)
@@ -480,6 +510,8 @@ int main(void)
           test_cancel_stops_a_pending_timer_and_a_second_cancel_is_enoent },
         { "retries_count_attempts_and_dead_letters_can_be_requeued",
           test_retries_count_attempts_and_dead_letters_can_be_requeued },
+        { "a_requeued_dead_letter_is_read_back_by_the_poll",
+          test_a_requeued_dead_letter_is_read_back_by_the_poll },
         { "pending_timers_survive_a_close_and_fire_after_reopen",
           test_pending_timers_survive_a_close_and_fire_after_reopen },
         { "a_put_for_another_nodes_shard_reaches_it_with_or_without_notifications",

@@ -409,8 +409,12 @@ static int resolve(struct pg_lane *l, uint64_t xid)
 }
 
 /* Fill the operations' results from the statements' (committed). Return: 0 if every timer the
- * transaction wrote is in its caller's hands or queued to be armed (loader.c, SKIPPED
- * TRANSACTIONS); -ENOMEM if one is not (the poll must read it). */
+ * transaction wrote is queued to be armed, or was for a shard not held or due after what is
+ * loaded when looked at after the commit (loader.c, SKIPPED TRANSACTIONS); nonzero if the poll
+ * must read it back: an arm could not be queued (-ENOMEM), or the transaction requeued a dead
+ * letter (1), whose caller arms it with the epoch it read before the commit (lanes.c): a takeover
+ * in between reads the shard without the row and makes that epoch stale, so only the poll has it
+ * (found in review: with its notification lost, the requeued timer never fired). */
 static int apply(struct pg_lane *l, PGresult **res)
 {
     int handed = 0;
@@ -438,6 +442,8 @@ static int apply(struct pg_lane *l, PGresult **res)
             if (st == ST_REQUEUE && (op->out_payload = malloc((size_t)PQgetlength(r, row, 2) + 1))) {
                 op->out_payload_len = (size_t)PQgetlength(r, row, 2);
                 memcpy(op->out_payload, PQgetvalue(r, row, 2), op->out_payload_len);
+                if (!handed)
+                    handed = 1; /* see above: the poll reads it back */
             } else if (st == ST_REQUEUE) {
                 op->status = -ENOMEM; /* committed, but not handed over: the poll reads it */
                 handed = -ENOMEM;

@@ -26,8 +26,10 @@
  * snapshot and skips those transactions' rows. That loses nothing: each of those rows was armed,
  * or was for a shard this node did not hold or due after `loaded` when its lane looked, after the
  * commit; a takeover or load that changed either began after that look and so after the commit,
- * and reads the row itself (P7). A transaction whose results were lost, or one of whose arms
- * could not be queued, is never listed: the poll reads it. If the list outgrows ARMED_TX_MAX
+ * and reads the row itself (P7). A transaction whose results were lost, one of whose arms could
+ * not be queued, or one that requeued a dead letter (its caller arms it with an epoch read before
+ * the commit, which a takeover in between makes stale: batch.c, apply) is never listed: the poll
+ * reads it. If the list outgrows ARMED_TX_MAX
  * (polls stalled), it is dropped and the next poll skips nothing. A transaction listed after a
  * poll's snapshot but committed before it is read by that poll (armed twice: harmless).
  */
