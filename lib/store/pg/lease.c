@@ -361,9 +361,13 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
             want = orphans;
         if (rc == PG_OK && want && nfree)
             rc = acquire(b, list, nfree, want, 0);
-        if (want > nfree || (held < share && soonest != UINT64_MAX)) {
+        /* Wake just after the soonest foreign lease would expire, whatever this node holds: if
+         * its owner died, this node's share grows then (found in review: a node at its share
+         * slept its full lease / 4, and took a dead node's shards that much late). A live owner
+         * renews long before, so that wake-up is later than the next round and never taken. */
+        if (soonest != UINT64_MAX) {
             uint64_t at = chime__pg_mono() + soonest + 2000000; /* just after it expires */
-            if (soonest != UINT64_MAX && at < *wake)
+            if (at < *wake)
                 *wake = at;
         }
         /* Release what drained for a round; drain the excess if someone is below its share. */
