@@ -2,9 +2,10 @@
 /*
  * The partitions of chime.timers (lib/store/pg/schema.c, SETTLED PARTITIONS): a partition is
  * dropped only once nothing in it is pending, even when a put commits into it while the
- * housekeeper is settling it. The housekeeper's step runs on a connection of the test's, and the
- * interleavings are made with PostgreSQL's own locks, waited for through pg_blocking_pids (no
- * timing: each step waits for the state it needs).
+ * housekeeper is settling it; one is created only when no reader holds the table. The
+ * housekeeper's step runs on a connection of the test's, and the interleavings are made with
+ * PostgreSQL's own locks, waited for through pg_blocking_pids (no timing: each step waits for the
+ * state it needs).
  */
 #include "pg_test.h"
 #include "store/pg/statements.h"
@@ -168,6 +169,43 @@ static void test_a_settled_partition_is_dropped_with_its_tombstones(void)
     chime__pg_disconnect(&h.pc);
 }
 
+/*
+ * A partition created while a reader (a load, a poll) holds chime.timers: the CREATE, which needs
+ * the table exclusively, gives up after a moment (PG_RETRY) instead of waiting in the lock queue,
+ * where every put and read after it would wait behind it until the reader ends (found in review:
+ * with a loader waiting on a put, a cycle the server cannot see). A put into an existing partition
+ * then goes through with the reader still open; once it ends, the partition is made.
+ */
+static void test_a_partition_is_not_created_behind_a_reader(void)
+{
+    fresh();
+    struct house h;
+    house_open(&h);
+    uint64_t now = wall_ns(), later = now + 1000 * WIDTH; /* a partition nobody made */
+    CHECK_EQ(chime__pg_partitions_ensure(&h.pc, &h.sc, now, now), PG_OK);
+    PGconn *reader = pg_connect_or_die(conninfo), *c = pg_connect_or_die(conninfo);
+    CHECK(pg_command(reader, "BEGIN"), "begin");
+    CHECK_EQ(pg_value(reader, "SELECT count(*) FROM chime.timers"), 0);
+    CHECK_EQ(chime__pg_partitions_ensure(&h.pc, &h.sc, later, later), PG_RETRY);
+    send_put(c, "abc", now);
+    PGresult *r;
+    int ok = 0;
+    while ((r = PQgetResult(c))) {
+        ok |= PQresultStatus(r) == PGRES_TUPLES_OK;
+        PQclear(r);
+    }
+    CHECK(ok, "the put beside the reader: %s", PQerrorMessage(c));
+    CHECK(pg_command(reader, "COMMIT"), "commit");
+    CHECK_EQ(chime__pg_partitions_ensure(&h.pc, &h.sc, later, later), PG_OK);
+    char sql[120];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_class WHERE relname = 'timers_%llu'",
+             (unsigned long long)(later / WIDTH));
+    CHECK_EQ(pg_value(c, sql), 1);
+    PQfinish(reader);
+    PQfinish(c);
+    chime__pg_disconnect(&h.pc);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -175,6 +213,8 @@ int main(void)
           test_a_put_committed_while_its_partition_is_settled_is_never_dropped },
         { "a_settled_partition_is_dropped_with_its_tombstones",
           test_a_settled_partition_is_dropped_with_its_tombstones },
+        { "a_partition_is_not_created_behind_a_reader",
+          test_a_partition_is_not_created_behind_a_reader },
     };
     return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
 }

@@ -145,9 +145,11 @@ int chime__pg_house_start(struct chime__backend *b)
     int rc = chime__pg_connect(&b->house_conn);
     if (rc != 0)
         return rc == PG_LOST ? -ECONNREFUSED : rc;
-    uint64_t now = chime__pg_wall();
-    rc = chime__pg_partitions_ensure(&b->house_conn, &b->schema, now - b->schema.partition_ns,
-                                     now + b->notify_ns + 2 * b->schema.partition_ns);
+    do { /* PG_RETRY: another session's reader held chime.timers for a moment (schema.c) */
+        uint64_t now = chime__pg_wall();
+        rc = chime__pg_partitions_ensure(&b->house_conn, &b->schema, now - b->schema.partition_ns,
+                                         now + b->notify_ns + 2 * b->schema.partition_ns);
+    } while (rc == PG_RETRY);
     if (rc != PG_OK)
         return rc == PG_LOST ? -ECONNREFUSED : -EIO;
     if (pthread_create(&b->house_thread, NULL, house_main, b) != 0)

@@ -195,7 +195,8 @@ int chime__pg_schema_create(struct pg_conn *pc, unsigned shards, uint64_t partit
  * PG_LOST. */
 int chime__pg_schema_read(struct pg_conn *pc, struct pg_schema *out);
 /* Make sure the partitions holding parts [from, to] exist (CREATE TABLE IF NOT EXISTS, outside a
- * transaction). Return: 0 or PG_*. */
+ * transaction). Return: 0 or PG_*: PG_RETRY when chime.timers stayed locked by another session for
+ * 100 ms (a reader: schema.c, ensure_one), to be called again. */
 int chime__pg_partitions_ensure(struct pg_conn *pc, const struct pg_schema *sc, uint64_t from,
                                 uint64_t to);
 /* Drop the partitions that ended at least one width before `now` and hold no pending timer, with

@@ -164,10 +164,16 @@ static int ensure_one(struct pg_conn *pc, uint64_t width, uint64_t n)
     else
         snprintf(hi, sizeof hi, "%" PRIu64, (n + 1) * width);
     /* Nodes create the same partitions at once; IF NOT EXISTS alone does not make that safe (the
-     * loser's catalog insert fails), so creators queue on one advisory lock, held to the commit. */
+     * loser's catalog insert fails), so creators queue on one advisory lock, held to the commit.
+     * The CREATE locks chime.timers exclusively: queued behind a reader (a load, a poll), it would
+     * hold every put and read that comes after it until that reader ends, and a reader can itself
+     * wait for a put (a loader arming under a stripe lock that a cancel holds while its lane's put
+     * waits): a cycle the server cannot see (found in review). So it gives up after 100 ms
+     * (PG_RETRY), and its caller tries again. */
     snprintf(sql, sizeof sql,
-             "BEGIN; SELECT pg_advisory_xact_lock(%d); CREATE TABLE IF NOT EXISTS %s PARTITION OF"
-             " chime.timers FOR VALUES FROM (%" PRIu64 ") TO (%s); COMMIT",
+             "BEGIN; SET LOCAL lock_timeout = '100ms'; SELECT pg_advisory_xact_lock(%d);"
+             " CREATE TABLE IF NOT EXISTS %s PARTITION OF chime.timers FOR VALUES FROM (%" PRIu64
+             ") TO (%s); COMMIT",
              PG_LOCK_PARTITIONS, name, n * width, hi);
     int rc = chime__pg_run(pc, sql, NULL);
     if (rc != PG_OK && rc != PG_LOST)
