@@ -50,6 +50,12 @@ int chime__pg_holds(struct chime__backend *b, unsigned shard, uint64_t epoch)
         if (atomic_load_explicit(&sh->epoch, memory_order_acquire) != epoch)
             return 0;
         uint64_t until = atomic_load_explicit(&sh->valid_until, memory_order_acquire);
+        /* The epoch again: a believe() of the next epoch between the two loads would pair this
+         * epoch with the next one's deadline (found in review). The deadline read is the one
+         * believe() stores after the epoch, so if it is the next's, this load sees the next
+         * epoch. */
+        if (atomic_load_explicit(&sh->epoch, memory_order_acquire) != epoch)
+            return 0;
         if (until && chime__pg_mono() >= until) {
             /* Lapsed. Make it final before anything is refused for it (P2): a renewal that checked
              * the belief just before it lapsed then fails its compare-and-swap on this 0 and retakes

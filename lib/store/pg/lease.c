@@ -72,8 +72,9 @@ struct round_state {
 /* Believe shard's lease in epoch until `until` (lease thread; own_lock held for a registration). */
 static void believe(struct pg_shard *sh, uint64_t epoch, uint64_t until)
 {
-    /* Readers (chime__pg_holds) load epoch, then valid_until, then draining: a new epoch is never
-     * seen with the old epoch's deadline. Release: pairs with their acquire loads. */
+    /* Readers (chime__pg_holds) load epoch, then valid_until, then epoch again, then draining: a
+     * new epoch is never seen with the old epoch's deadline, nor the old with the new's. Release:
+     * pairs with their acquire loads. */
     atomic_store_explicit(&sh->valid_until, 0, memory_order_release);
     atomic_store_explicit(&sh->draining, 0, memory_order_release);
     atomic_store_explicit(&sh->epoch, epoch, memory_order_release);
