@@ -249,9 +249,8 @@ static void marker(void *arg)
     atomic_store(&marker_ran, 1);
 }
 
-/* Found in review: a periodic run fired while the only worker was busy started after cancel (or
- * reschedule) had returned 0 for it. */
-static void a_periodic_run_waiting_for_a_worker_is_withdrawn_by_cancel_and_reschedule(void)
+/* A runtime on the injected clock with one worker, and the flags of the callbacks above cleared. */
+static chime_timer *start_one_worker(void)
 {
     struct chime_timer_config c = { .workers = 1 };
     chime_timer *t = start(&c, 0);
@@ -259,6 +258,14 @@ static void a_periodic_run_waiting_for_a_worker_is_withdrawn_by_cancel_and_resch
     atomic_store(&slow_released, 0);
     atomic_store(&per_runs, 0);
     atomic_store(&marker_ran, 0);
+    return t;
+}
+
+/* Found in review: a periodic run fired while the only worker was busy started after cancel (or
+ * reschedule) had returned 0 for it. */
+static void a_periodic_run_waiting_for_a_worker_is_withdrawn_by_cancel_and_reschedule(void)
+{
+    chime_timer *t = start_one_worker();
     chime_id p, q;
     CHECK_EQ(chime_timer_schedule(t, 1 * MS, slow_callback, NULL, NULL), 0);
     CHECK_EQ(chime_timer_schedule_every(t, 2 * MS, 1000 * MS, per_count, NULL, &p), 0);
@@ -282,6 +289,37 @@ static void a_periodic_run_waiting_for_a_worker_is_withdrawn_by_cancel_and_resch
     chime_timer_free(t);
 }
 
+/* Found in review: a periodic run withdrawn by a reschedule kept RUN until a worker took the
+ * withdrawn item, so the new deadline's boundary, come meanwhile, was skipped as if a run were
+ * going, and the timer ran a whole period late. It runs at its new deadline now, late only by the
+ * wait. */
+static void a_rescheduled_periodic_timer_runs_at_its_new_deadline_while_its_old_run_waits(void)
+{
+    chime_timer *t = start_one_worker();
+    chime_id p;
+    CHECK_EQ(chime_timer_schedule(t, 1 * MS, slow_callback, NULL, NULL), 0);
+    CHECK_EQ(chime_timer_schedule_every(t, 2 * MS, 1000 * MS, per_count, NULL, &p), 0);
+    CHECK_EQ(chime_timer_schedule(t, 2 * MS, marker, NULL, NULL), 0); /* queued after p's run */
+    set_time(t, 1 * MS);
+    while (!atomic_load(&slow_started))
+        sched_yield();
+    set_time(t, 2 * MS); /* p's run and the marker wait behind the busy callback */
+    CHECK_EQ(chime_timer_reschedule(t, p, 1 * MS), 0); /* the run withdrawn; next at 3 ms */
+    set_time(t, 3 * MS); /* the new deadline, while the withdrawn run still waits */
+    atomic_store(&slow_released, 1);
+    while (!atomic_load(&marker_ran)) /* the one worker took p's withdrawn run before it */
+        sched_yield();
+    CHECK_EQ(atomic_load(&per_runs), 0);
+    set_time(t, 4 * MS); /* the next tick: p runs now (it waited for 3 ms' boundary to pass) */
+    atomic_store(&marker_ran, 0);
+    CHECK_EQ(chime_timer_schedule(t, 0, marker, NULL, NULL), 0); /* queued after p's run, if any */
+    while (!atomic_load(&marker_ran))
+        sched_yield();
+    CHECK_EQ(atomic_load(&per_runs), 1);
+    CHECK_EQ(chime_timer_stop(t, CHIME_STOP_NOW, NULL), 0);
+    chime_timer_free(t);
+}
+
 /* Found in review: a periodic timer whose next boundary would pass 2^64 ticks while its last run was
  * still going was taken out of the wheel but stayed pending, holding its record, until a cancel or
  * stop. Its schedule has ended: it must end (counted fired) once that run is over. With a 1 ns tick,
@@ -289,7 +327,7 @@ static void a_periodic_run_waiting_for_a_worker_is_withdrawn_by_cancel_and_resch
 static void a_periodic_timer_whose_run_overlaps_its_last_boundary_ends_when_the_run_does(void)
 {
     const uint64_t now0 = UINT64_MAX - 1000;
-    struct chime_timer_config c = { .workers = 1, .tick_ns = 1 };
+    struct chime_timer_config c = { .workers = 1, .tick_ns = 1, .max_pending = 1 };
     chime_timer *t = start(&c, now0);
     atomic_store(&slow_started, 0);
     atomic_store(&slow_released, 0);
@@ -307,6 +345,10 @@ static void a_periodic_timer_whose_run_overlaps_its_last_boundary_ends_when_the_
     chime__timer_sync(t); /* the run's end reaches the advancing thread */
     CHECK_EQ(chime_timer_cancel(t, id), -ENOENT);
     expect_stats(t, 1, 1, 0, 0);
+    /* and its max_pending place is free again (found in review: this end alone kept it) */
+    chime_id other;
+    CHECK_EQ(chime_timer_schedule(t, 10, noop, NULL, &other), 0);
+    CHECK_EQ(chime_timer_cancel(t, other), 0);
     atomic_store(&unfired_seen[0], 0); /* its arg is NULL: note_unfired counts it at 0 */
     CHECK_EQ(chime_timer_stop(t, CHIME_STOP_NOW, note_unfired), 0);
     CHECK_EQ(atomic_load(&unfired_seen[0]), 0); /* it had ended: nothing left to hand over */
@@ -323,6 +365,7 @@ int main(void)
         { "with workers a slow callback does not hold up the clock", with_workers_a_slow_callback_does_not_hold_up_the_clock },
         { "a periodic run never overlaps the previous one", a_periodic_run_never_overlaps_the_previous_one },
         { "a periodic run waiting for a worker is withdrawn by cancel and reschedule", a_periodic_run_waiting_for_a_worker_is_withdrawn_by_cancel_and_reschedule },
+        { "a rescheduled periodic timer runs at its new deadline while its old run waits", a_rescheduled_periodic_timer_runs_at_its_new_deadline_while_its_old_run_waits },
         { "a periodic timer whose run overlaps its last boundary ends when the run does", a_periodic_timer_whose_run_overlaps_its_last_boundary_ends_when_the_run_does },
     };
     return tap_run(tests, (int)(sizeof(tests) / sizeof(tests[0])));

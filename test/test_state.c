@@ -130,7 +130,7 @@ static void fire_runs_drops_or_skips_by_the_state_it_finds(void)
     set(PENDING | KNOWN | PER | RUN); /* its last boundary (the next passes 2^64) while a run is out */
     CHECK_EQ(chime__state_fire(&word, true), CHIME__FIRE_END);
     EXPECT_WORD(LIFE(PENDING, CHIME__LIFE_DONE) | KNOWN | PER | RUN); /* ended; the run goes on */
-    CHECK(chime__state_finish_run(&word), "the ended timer's run end did not queue it");
+    CHECK(chime__state_finish_run(&word, false), "the ended timer's run end did not queue it");
     EXPECT_WORD(LIFE(PENDING, CHIME__LIFE_DONE) | KNOWN | PER | Q);
     const uint64_t drop[] = { PENDING | KNOWN | R | Q, PENDING | KNOWN | PER | RUN | E,
                               LIFE(PENDING, CHIME__LIFE_CANCELLED) | KNOWN | Q,
@@ -148,16 +148,24 @@ static void a_run_starts_only_if_not_withdrawn_and_its_end_queues_an_ended_timer
     CHECK(chime__state_start_run(&word), "a run handed out did not start");
     EXPECT_WORD(PENDING | KNOWN | PER | RUN);
     CHECK(!chime__state_start_run(&word), "a run started twice");
-    CHECK(!chime__state_finish_run(&word), "a pending timer's run end queued it");
+    CHECK(!chime__state_finish_run(&word, false), "a pending timer's run end queued it");
     EXPECT_WORD(PENDING | KNOWN | PER);
     set(LIFE(PENDING, CHIME__LIFE_CANCELLED) | KNOWN | PER | RUN);
-    CHECK(chime__state_finish_run(&word), "a cancelled timer's run end did not queue it");
-    EXPECT_WORD(LIFE(PENDING, CHIME__LIFE_CANCELLED) | KNOWN | PER | Q);
+    CHECK(chime__state_finish_run(&word, true), "a cancelled timer's run end did not queue it");
+    EXPECT_WORD(LIFE(PENDING, CHIME__LIFE_CANCELLED) | KNOWN | PER | Q); /* no R: given back */
     set(LIFE(PENDING, CHIME__LIFE_CANCELLED) | KNOWN | PER | RUN | Q);
-    CHECK(!chime__state_finish_run(&word), "queued twice"); /* the cancel's push is on its way */
+    CHECK(!chime__state_finish_run(&word, false), "queued twice"); /* the cancel's push comes */
     set(PENDING | KNOWN | PER | RUN | E);
-    CHECK(chime__state_finish_run(&word), "an ending timer's run end did not queue it");
+    CHECK(chime__state_finish_run(&word, false), "an ending timer's run end did not queue it");
     EXPECT_WORD(PENDING | KNOWN | PER | E | Q);
+    /* A run a reschedule withdrew (P cleared, the timer pending): queued with R, so that apply
+     * places it at its new deadline again, whose boundary RUN may have made fire skip. */
+    set(PENDING | KNOWN | PER | RUN);
+    CHECK(chime__state_finish_run(&word, true), "a withdrawn run's end did not queue its timer");
+    EXPECT_WORD(PENDING | KNOWN | PER | Q | R);
+    set(PENDING | KNOWN | PER | RUN | Q | R); /* the reschedule's own push is on its way */
+    CHECK(!chime__state_finish_run(&word, true), "queued twice");
+    EXPECT_WORD(PENDING | KNOWN | PER | Q | R);
 }
 
 static void stop_claims_pending_timers_and_marks_running_ones(void)

@@ -128,10 +128,12 @@ bool chime__timer_drain(chime_timer *t, size_t limit)
     return true;
 }
 
-/* End a periodic run: if the timer ended meanwhile, queue it so the advancing thread gives it back. */
-static void finish_run(chime_timer *t, uint32_t idx)
+/* End a periodic run (or a withdrawn one): if the timer ended meanwhile, queue it so the advancing
+ * thread gives it back; if a reschedule withdrew it, so that it places the timer again
+ * (state.h). */
+static void finish_run(chime_timer *t, uint32_t idx, bool withdrawn)
 {
-    if (chime__state_finish_run(&rec_of(t, idx)->state))
+    if (chime__state_finish_run(&rec_of(t, idx)->state, withdrawn))
         chime__timer_requeue(t, idx);
 }
 
@@ -140,7 +142,7 @@ void chime__timer_run_item(void *ctx, const struct chime__item *it)
     chime_timer *t = ctx;
     chime__timer_owner = t; /* on a worker: a callback here must not stop t (-EDEADLK) */
     if (it->idx != CHIME__REC_NIL && !chime__state_start_run(&rec_of(t, it->idx)->state)) {
-        finish_run(t, it->idx); /* withdrawn by a cancel or reschedule: end the run unstarted */
+        finish_run(t, it->idx, true); /* withdrawn by a cancel or reschedule: end it unstarted */
         return;
     }
     uint64_t now = chime__timer_now(t);
@@ -151,14 +153,14 @@ void chime__timer_run_item(void *ctx, const struct chime__item *it)
     }
     it->fn(it->arg);
     if (it->idx != CHIME__REC_NIL)
-        finish_run(t, it->idx);
+        finish_run(t, it->idx, false);
 }
 
 void chime__timer_item_unfired(void *ctx, const struct chime__item *it)
 {
     chime_timer *t = ctx;
     if (it->idx != CHIME__REC_NIL)
-        finish_run(t, it->idx); /* stop's sweep ends the periodic timer itself */
+        finish_run(t, it->idx, false); /* stop's sweep ends the periodic timer itself */
     else
         count_unfired(t, it->arg);
 }
@@ -231,8 +233,10 @@ int chime__timer_fire(void *ctx, uint32_t idx)
         chime__levels_sub(&t->L);
         rec->pos = CHIME__REC_UNPLACED;
     }
-    if (outcome == CHIME__FIRE_END)
-        chime__stats_add(&t->stats.fired); /* ended by its schedule: its last run's finish_run queues it */
+    if (outcome == CHIME__FIRE_END) { /* ended by its schedule: its last run's finish_run queues */
+        chime__stats_add(&t->stats.fired);
+        chime__timer_unlimit(t); /* as every other end (found in review: its place was kept) */
+    }
     if (outcome != CHIME__FIRE_RUN)
         return 0; /* cancelled or ended (queued: apply gives it back), or rescheduled (apply places it) */
     const struct chime__rec_call *call = chime__records_call(&t->recs, idx);

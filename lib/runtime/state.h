@@ -37,7 +37,8 @@
  *     fire              advancing    PENDING, no R, RUN, E       one-shot (or last): DONE; periodic: +RUN +P
  *     fire (end)        advancing    PENDING +RUN, no R, E       the last boundary: DONE, RUN kept
  *     start_run         runner       RUN +P                      -P (or the run is skipped: withdrawn)
- *     finish_run        runner       RUN                         -RUN -P; +Q and push if it ended meanwhile
+ *     finish_run        runner       RUN                         -RUN -P; ended meanwhile: +Q, push;
+ *                                                               withdrawn, pending: +Q +R, push
  *     claim             advancing    PENDING                     DONE (stop's sweep, a drained periodic)
  *     end_on_drain      advancing    PENDING +RUN                +E -P (a draining stop meets a running one)
  *     requeue           advancing    any (owned)                 +Q +R; push unless Q was set
@@ -247,19 +248,26 @@ static inline bool chime__state_start_run(_Atomic uint64_t *st)
 }
 
 /*
- * finish_run: a periodic run is over (or was withdrawn): -RUN -P. If the timer was cancelled or is
- * being ended meanwhile and is not queued, set Q: return true, and the caller pushes it so that the
- * advancing thread gives the record back. release: pairs with apply's acquire; the runner is done
- * with the record before the advancing thread can give it back.
+ * finish_run: a periodic run is over (or was withdrawn, `withdrawn`): -RUN -P. If the timer was
+ * cancelled or is being ended meanwhile and is not queued, set Q: return true, and the caller
+ * pushes it so that the advancing thread gives the record back. A run withdrawn while the timer
+ * stays PENDING (only a reschedule does that) also sets Q and R in the same CAS: the new deadline's
+ * boundary may have come while RUN was still set and been skipped, so apply places the timer at its
+ * new deadline again (at once if it has passed; found in review: it ran a whole period late).
+ * Return true then too if Q was clear. release: pairs with apply's acquire; the runner is done with
+ * the record before the advancing thread can give it back.
  */
-static inline bool chime__state_finish_run(_Atomic uint64_t *st)
+static inline bool chime__state_finish_run(_Atomic uint64_t *st, bool withdrawn)
 {
     uint64_t s = atomic_load_explicit(st, memory_order_relaxed); /* the CAS checks it */
     uint64_t ns;
     do {
         ns = s & ~(CHIME__ST_RUN | CHIME__ST_P);
-        if ((chime__life(s) != CHIME__LIFE_PENDING || (s & CHIME__ST_E)) && !(s & CHIME__ST_Q))
+        bool ended = chime__life(s) != CHIME__LIFE_PENDING || (s & CHIME__ST_E);
+        if (ended && !(s & CHIME__ST_Q))
             ns |= CHIME__ST_Q;
+        else if (!ended && withdrawn)
+            ns |= CHIME__ST_Q | CHIME__ST_R;
     } while (!atomic_compare_exchange_weak_explicit(st, &s, ns, memory_order_release,
                                                     memory_order_relaxed));
     return (ns & CHIME__ST_Q) && !(s & CHIME__ST_Q);
