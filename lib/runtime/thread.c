@@ -151,6 +151,16 @@ static uint64_t next_wake(const chime_timer *t)
     return tick > UINT64_MAX / t->tick_ns ? UINT64_MAX : tick * t->tick_ns;
 }
 
+/* The queue the drain just emptied is not empty: a push came since, or one is half done (mpsc.h: a
+ * producer swapped the tail and has not linked its record yet, and nothing can be popped until it
+ * does). Give the CPU away rather than go round at once: spinning on a producer preempted there
+ * holds its CPU off it (found in review: on one CPU, or under SCHED_FIFO, a livelock). */
+static void yield_to_a_push(chime_timer *t)
+{
+    if (!chime__mpsc_empty(&t->queue))
+        sched_yield();
+}
+
 /* Sleep until wake_ns unless something arrived since the thread last looked (wake.h). */
 static void sleep_until(chime_timer *t, uint64_t wake_ns, int mode_seen, uint32_t sync_seen,
                         uint32_t idle_seen)
@@ -162,6 +172,8 @@ static void sleep_until(chime_timer *t, uint64_t wake_ns, int mode_seen, uint32_
         atomic_load_explicit(&t->sync_req, memory_order_seq_cst) == sync_seen &&
         atomic_load_explicit(&t->idle_seq, memory_order_seq_cst) == idle_seen)
         chime__sleeper_wait(&t->sleeper, seq, t->real_clock ? wake_ns : UINT64_MAX);
+    else
+        yield_to_a_push(t);
     chime__sleeper_awake(&t->sleeper);
 }
 
@@ -202,8 +214,10 @@ void *chime__timer_main(void *arg)
         uint64_t wake = next_wake(t);
         if (wake <= now)
             continue;
-        if (!t->closed && !idle_work(t, wake))
+        if (!t->closed && !idle_work(t, wake)) {
+            yield_to_a_push(t);
             continue; /* something arrived: take it in first */
+        }
         /* relaxed: a figure for chime__timer_memory, exact only after a sync. */
         atomic_store_explicit(&t->mem_records, chime__records_capacity(&t->recs), memory_order_relaxed);
         publish_sync(t, sync);
