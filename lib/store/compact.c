@@ -76,7 +76,8 @@ static uint64_t backlog_segments(struct chime__backend *j)
  * sealed segment to flush, or the log holds more than CHIME__JOURNAL_BACKLOG_MAX segments of
  * records (counted in the larger of the current and the next segment's size, so they cannot fit
  * in the current one: test_store_backlog.c checks it), which its writer writes at once (beyond 4 MB
- * it does not wait for the interval: wal.c), sealing a segment for the flusher as it goes. */
+ * it does not wait for the interval: wal_writer.c), sealing a segment for the flusher as it
+ * goes. */
 int chime__journal_throttle(struct chime__backend *j)
 {
     if (backlog_segments(j) <= CHIME__JOURNAL_BACKLOG_MAX)

@@ -91,7 +91,7 @@ void chime__head_slot_encode(void *dst, uint64_t seq, uint64_t n);
  * it is not whole (never written, or a write a crash tore). */
 int chime__head_slot_decode(const void *src, uint64_t *seq, uint64_t *n);
 
-/* ---- a segment's MARKs (format.md, "Records"; wal_writer.c writes them, the reader checks them) ---- */
+/* ---- a segment's MARKs (format.md, "Records"; wal_writer.c writes them, reader.c checks) ---- */
 
 struct chime__batch_mark {
     uint64_t start;   /* the segment offset where the group commit's records in this segment begin */

@@ -54,7 +54,8 @@ int chime__io_fdatasync(int fd);
 int chime__io_fsync(int fd);                                   /* also directories */
 /* Write zeros over [off, off + len): the blocks are allocated (no ENOSPC later) and written, so
  * a later fdatasync of data written over them need not log the conversion of unwritten extents
- * (the cost of a fallocate'd file: wal_writer.c, SEGMENTS). The fault hook sees one CHIME_IO_ALLOCATE. */
+ * (the cost of a fallocate'd file: wal_writer.c, SEGMENTS). The fault hook sees one
+ * CHIME_IO_ALLOCATE. */
 int chime__io_zero_fill(int fd, uint64_t off, uint64_t len);
 int chime__io_ftruncate(int fd, uint64_t len);
 int chime__io_renameat(int dir, const char *from, const char *to);

@@ -100,9 +100,9 @@ static int rebuild_one(void *ctx, const struct chime__rec *r)
 }
 
 /* Whether anything was ever written to segment `number` after its header (chime__reader_written:
- * a record, whole or not, or any byte that is not zero). The writer
- * writes to a segment only after the one before it is complete and synced, so a torn segment
- * followed by one that was written to was not torn by a crash. Return: 1, 0, or a read error. */
+ * a record, whole or not, or any byte that is not zero). The writer writes to a segment only after
+ * the one before it is complete and synced, so a torn segment followed by one that was written to
+ * was not torn by a crash. Return: 1, 0, or a read error. */
 static int written_to(int dir, uint64_t number)
 {
     char name[CHIME__NAME_MAX];

@@ -29,9 +29,9 @@
  * and reads the row itself (P7). A transaction whose results were lost, one of whose arms could
  * not be queued, or one that requeued a dead letter (its caller arms it with an epoch read before
  * the commit, which a takeover in between makes stale: batch.c, apply) is never listed: the poll
- * reads it. If the list outgrows ARMED_TX_MAX
- * (polls stalled), it is dropped and the next poll skips nothing. A transaction listed after a
- * poll's snapshot but committed before it is read by that poll (armed twice: harmless).
+ * reads it. If the list outgrows ARMED_TX_MAX (polls stalled), it is dropped and the next poll
+ * skips nothing. A transaction listed after a poll's snapshot but committed before it is read by
+ * that poll (armed twice: harmless).
  */
 #define _GNU_SOURCE
 #include <errno.h>

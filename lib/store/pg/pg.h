@@ -319,9 +319,9 @@ int chime__pg_load(struct chime__backend *b, uint64_t from, uint64_t until, chim
                    void *ctx);
 /* The owned shards (and epochs) a read may cover, under own_lock: n of them into shards/epochs. */
 size_t chime__pg_owned(struct chime__backend *b, int32_t *shards, int64_t *epochs);
-/* Read timers of the given shards (each in its epoch) with part in [from, until),
- * pending and not being fired by this node in that epoch, through fn, in a transaction of their
- * own. Return: 0, what fn returned (it stops the read), or PG_*. */
+/* Read timers of the given shards (each in its epoch) with part in [from, until), pending and not
+ * being fired by this node in that epoch, through fn, in a transaction of their own. Return: 0,
+ * what fn returned (it stops the read), or PG_*. */
 int chime__pg_read_timers(struct chime__backend *b, struct pg_conn *pc, const int32_t *shards,
                           const int64_t *epochs, size_t n, uint64_t from, uint64_t until,
                           chime__timer_fn *fn, void *ctx);
