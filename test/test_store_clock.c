@@ -316,6 +316,115 @@ static void close_does_not_wait_for_a_handler_the_clock_put_off(void)
     CHECK_EQ(chime_store_close(s), 0);
 }
 
+/* Loads held at their start, one at a time, and a put held as it files a tomb (the next test). */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int armed, loads_reached, loads_let, tomb_armed, tomb_reached, tomb_go;
+} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0 };
+
+static int load_gated(struct chime__backend *b, uint64_t from, uint64_t until, chime__timer_fn *fn,
+                      void *ctx)
+{
+    pthread_mutex_lock(&gate.lock);
+    if (gate.armed) {
+        int n = ++gate.loads_reached;
+        pthread_cond_broadcast(&gate.cond);
+        while (gate.loads_let < n)
+            pthread_cond_wait(&gate.cond, &gate.lock);
+    }
+    pthread_mutex_unlock(&gate.lock);
+    return real_ops->load(b, from, until, fn, ctx);
+}
+
+static void tomb_gated(void)
+{
+    pthread_mutex_lock(&gate.lock);
+    if (gate.tomb_armed) {
+        gate.tomb_armed = 0;
+        gate.tomb_reached = 1;
+        pthread_cond_broadcast(&gate.cond);
+        while (!gate.tomb_go)
+            pthread_cond_wait(&gate.cond, &gate.lock);
+    }
+    pthread_mutex_unlock(&gate.lock);
+}
+
+/* Until `*field` is at least n (under gate.lock). */
+static void gate_wait(const int *field, int n)
+{
+    pthread_mutex_lock(&gate.lock);
+    while (*field < n)
+        pthread_cond_wait(&gate.cond, &gate.lock);
+    pthread_mutex_unlock(&gate.lock);
+}
+
+static void gate_set(int *field, int value)
+{
+    pthread_mutex_lock(&gate.lock);
+    *field = value;
+    pthread_cond_broadcast(&gate.cond);
+    pthread_mutex_unlock(&gate.lock);
+}
+
+struct late_put {
+    chime_store *s;
+    uint64_t due;
+    int rc;
+};
+
+static void *put_k(void *arg)
+{
+    struct late_put *p = arg;
+    p->rc = chime_store_put(p->s, "K", 1, "k", 1, p->due);
+    return NULL;
+}
+
+/* Found in review: a put recorded during one load, due after its boundary, filed its tomb under the
+ * next load when that one had begun meanwhile, and so hid its own new version from the load that
+ * had read it: the timer stayed on disk, unfired until a restart. */
+static void a_put_between_two_loads_is_loaded_by_the_second(void)
+{
+    fresh();
+    real_ops = &chime__journal_ops;
+    paused_ops = chime__journal_ops;
+    paused_ops.load = load_gated;
+    chime__store_set_backend(&paused_ops);
+    chime__store_tomb_hook = tomb_gated;
+    chime_store *s = open_fake(60 * SEC);
+    chime__store_set_backend(NULL);
+    gate_set(&gate.armed, 1);
+    fake_step(s, (int64_t)(20 * SEC)); /* the keeper begins load A, held at its start */
+    gate_wait(&gate.loads_reached, 1);
+    uint64_t a = atomic_load(&s->loading_until);
+    gate_set(&gate.tomb_armed, 1);
+    struct late_put p = { s, a, 99 }; /* due at A's boundary: the next load's, not A's */
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, put_k, &p), 0);
+    gate_wait(&gate.tomb_reached, 1); /* recorded; saw A running; about to file its tomb */
+    /* A granule on, unannounced (a step's sweep would wait for the stripe the put holds): once A
+     * ends, the keeper begins load B at once, and B is held. */
+    fake_step(NULL, (int64_t)(10 * SEC));
+    gate_set(&gate.loads_let, 1);
+    gate_wait(&gate.loads_reached, 2);
+    CHECK(atomic_load(&s->loading_until) > a, "load B covers A's boundary");
+    gate_set(&gate.tomb_go, 1); /* the put goes on, A over, B running */
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK_EQ(p.rc, 0);
+    gate_set(&gate.loads_let, 1000);
+    chime__store_settle(s);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 1);
+    CHECK_EQ(st.loaded, 1); /* B read K and installed it */
+    CHECK_EQ(chime_store_close(s), 0);
+    chime__store_tomb_hook = NULL;
+    pthread_mutex_lock(&gate.lock);
+    gate.armed = gate.loads_reached = gate.loads_let = 0;
+    gate.tomb_armed = gate.tomb_reached = gate.tomb_go = 0;
+    pthread_mutex_unlock(&gate.lock);
+}
+
 static const struct tap_test tests[] = {
     { "a_step_back_fires_nothing_before_its_due_time", a_step_back_fires_nothing_before_its_due_time },
     { "a_step_forward_fires_what_became_due", a_step_forward_fires_what_became_due },
@@ -331,6 +440,8 @@ static const struct tap_test tests[] = {
       a_firing_is_recorded_the_lead_before_its_due_time_and_not_before },
     { "close_does_not_wait_for_a_handler_the_clock_put_off",
       close_does_not_wait_for_a_handler_the_clock_put_off },
+    { "a_put_between_two_loads_is_loaded_by_the_second",
+      a_put_between_two_loads_is_loaded_by_the_second },
 };
 
 int main(void)

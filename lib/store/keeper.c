@@ -15,8 +15,9 @@
  *      load has begun, the change may be missing from the read, so the put counts L' as its boundary
  *      (due before L': loaded by the put itself), and every change notes the key as a tomb (a put
  *      loaded by itself too: it may fire, be acknowledged and leave the table before the load
- *      installs the older version it read, which would then fire again; found in review); if the
- *      load has not begun, the change is in the read;
+ *      installs the older version it read, which would then fire again; found in review), under
+ *      that load only: one begun since reads the change itself, and a tomb would hide it from it
+ *      (found in review); if the load has not begun, the change is in the read;
  *   3. installing a timer the read returned (under the key's stripe lock) skips keys with a tomb and
  *      keys the table holds at that version or newer;
  *   4. the keeper publishes L = L', clears loading_until (release: a put that reads 0 then sees L')
@@ -54,12 +55,12 @@ uint64_t chime__store_wall(void)
     return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t chime__store_limit(struct chime_store *s, int *loading)
+uint64_t chime__store_limit(struct chime_store *s, uint64_t *loading)
 {
     /* acquire: pairs with the keeper's release stores in end_load (see LOADING, 2 and 4) */
     uint64_t until = atomic_load_explicit(&s->loading_until, memory_order_seq_cst);
     uint64_t loaded = atomic_load_explicit(&s->loaded, memory_order_acquire);
-    *loading = until != 0;
+    *loading = until;
     return until > loaded ? until : loaded;
 }
 
@@ -87,11 +88,20 @@ static int tomb_room(struct chime_store *s)
     return 0;
 }
 
-void chime__store_tomb(struct chime_store *s, uint64_t hash, const void *key, size_t key_len)
+void (*chime__store_tomb_hook)(void);
+
+void chime__store_tomb(struct chime_store *s, uint64_t hash, const void *key, size_t key_len,
+                       uint64_t seen)
 {
+    if (chime__store_tomb_hook)
+        chime__store_tomb_hook();
     struct tomb *t = malloc(sizeof *t + key_len);
     pthread_mutex_lock(&s->load_lock);
-    int loading = atomic_load_explicit(&s->loading_until, memory_order_relaxed) != 0;
+    /* The load the caller saw, still running? One that began since then read the change itself
+     * (step 1 comes after it): a tomb filed under it would hide the key's new version from it
+     * (found in review: a put between two loads was not loaded until a restart). relaxed: under
+     * load_lock, which load() holds to publish and to clear loading_until. */
+    int loading = atomic_load_explicit(&s->loading_until, memory_order_relaxed) == seen && seen;
     if (!loading || !t || tomb_room(s) != 0) {
         pthread_mutex_unlock(&s->load_lock); /* no load runs any more: no tomb needed */
         free(t);

@@ -50,7 +50,7 @@ static void sink_arm(void *ctx, const struct chime__timer *t)
     uint64_t hash = chime__store_hash(s, t->key, t->key_len);
     struct hot_stripe *st = chime__store_stripe(s, hash);
     pthread_mutex_lock(&st->lock);
-    int loading;
+    uint64_t loading; /* the load running when looked at (its boundary), or 0 */
     if (t->due_ns < chime__store_limit(s, &loading))
         chime__store_install(s, st, hash, t, 0);
     pthread_mutex_unlock(&st->lock);

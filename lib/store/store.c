@@ -187,10 +187,10 @@ void chime__store_install(struct chime_store *s, struct hot_stripe *st, uint64_t
  */
 static void place(struct chime_store *s, struct hot_stripe *st, struct hot *e, int owned)
 {
-    int loading;
+    uint64_t loading; /* the load running when looked at (its boundary), or 0 */
     uint64_t limit = chime__store_limit(s, &loading);
     if (loading)
-        chime__store_tomb(s, e->hash, e->data, e->key_len);
+        chime__store_tomb(s, e->hash, e->data, e->key_len, loading);
     if (owned && e->due_ns < limit) {
         chime__store_insert(st, e);
         chime__store_arm(s, e);
@@ -251,7 +251,7 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
         return err;
     /* The entry first if it will be loaded (a far timer needs none): once the backend has recorded
      * the put, nothing may fail. */
-    int loading;
+    uint64_t loading; /* the load running when looked at (its boundary), or 0 */
     int hot = due_ns < chime__store_limit(s, &loading);
     struct hot *e = hot ? chime__store_entry(s, hash, key, key_len, payload, payload_len) : NULL;
     struct hot *p, *r;
@@ -282,7 +282,7 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
             chime__store_wait_for(e, r);
             place(s, st, e, res.owned);
         } else if (loading && res.ref.version) {
-            chime__store_tomb(s, hash, key, key_len); /* as place does */
+            chime__store_tomb(s, hash, key, key_len, loading); /* as place does */
         }
     }
     pthread_mutex_unlock(&st->lock);
@@ -312,10 +312,10 @@ CHIME_API int chime_store_cancel(chime_store *s, const void *key, size_t key_len
             chime__store_drop(s, st, p);
         if (r) /* it killed a newer put, which had marked r already; kept for clarity */
             r->superseded = 1;
-        int loading;
+        uint64_t loading; /* the load running when looked at (its boundary), or 0 */
         chime__store_limit(s, &loading);
         if (loading)
-            chime__store_tomb(s, hash, key, key_len);
+            chime__store_tomb(s, hash, key, key_len, loading);
     }
     pthread_mutex_unlock(&st->lock);
     return err ? err : durable(s, ticket);

@@ -220,11 +220,14 @@ void chime__store_acks_refuse_flush(int on);
 
 /* keeper.c */
 uint64_t chime__store_wall(void);
-/* The boundary a put must use: due before it means "load it now" (and note it during a load). */
-uint64_t chime__store_limit(struct chime_store *s, int *loading);
-/* Note that key (hash: chime__store_hash of it) changed while a load runs; stripe locked. Whether a
- * load's key was noted. */
-void chime__store_tomb(struct chime_store *s, uint64_t hash, const void *key, size_t key_len);
+/* The boundary a put must use: due before it means "load it now" (and note it during a load).
+ * *loading receives the running load's boundary (loading_until), 0 if none runs. */
+uint64_t chime__store_limit(struct chime_store *s, uint64_t *loading);
+/* Note that key (hash: chime__store_hash of it) changed while the load `loading` (as
+ * chime__store_limit gave it, after the change was recorded) runs; stripe locked. Nothing if that
+ * load has ended: a load begun since reads the change itself. Whether a load's key was noted. */
+void chime__store_tomb(struct chime_store *s, uint64_t hash, const void *key, size_t key_len,
+                       uint64_t loading);
 int chime__store_tombstoned(struct chime_store *s, uint64_t hash, const void *key, size_t key_len);
 int chime__store_first_load(struct chime_store *s);
 int chime__store_start_keeper(struct chime_store *s);
@@ -242,6 +245,8 @@ void chime__store_clock_stepped(chime_store *s);
 /* Test hook: the backend stores opened afterwards use (NULL: the one their config asks for), so that
  * a test can wrap one of the journal's operations. */
 void chime__store_set_backend(const struct chime__backend_ops *ops);
+/* Tests: called by chime__store_tomb before it files anything (set while no store is open). */
+extern void (*chime__store_tomb_hook)(void);
 /* Wait until the keeper has finished any load begun before the call (tests). */
 void chime__store_settle(chime_store *s);
 
