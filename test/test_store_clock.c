@@ -12,6 +12,7 @@
 #include "store_util.h"
 
 #include "store/index.h"
+#include "store/io.h"
 
 static char *dir;
 static struct recorder rec;
@@ -270,6 +271,37 @@ static void a_waiting_handler_starts_when_the_clock_steps_past_its_due_time(void
     CHECK_EQ(chime_store_close(s), 0);
 }
 
+static int fail_log_writes(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    (void)ctx;
+    (void)name;
+    return op == CHIME_IO_WRITE && fd >= 0 && is_file(fd, "/wal-") ? -EIO : 0;
+}
+
+/* Found in review: a handler whose firing was recorded before the store failed still started. A
+ * failed store starts none (chime_store.h); the firing stays recorded, and the restart fires it. */
+static void a_failed_store_starts_no_handler_even_one_recorded_before(void)
+{
+    uint64_t due;
+    chime_store *s = a_handler_waiting_an_hour(&due);
+    chime__io_set_fault(fail_log_writes, NULL);
+    CHECK_EQ(chime_store_put(s, "other", 5, "o", 1, due + 3600 * SEC), -EIO);
+    chime__io_set_fault(NULL, NULL);
+    atomic_store(&fake_offset, (int64_t)(20 * SEC)); /* past the due time: it would start now */
+    fake_freeze(s, 0);
+    struct chime_store_stats st;
+    do {
+        sleep_ms(1); /* a poll: the runtime calls the waiting handler back on its own */
+        chime_store_stats(s, &st);
+    } while (st.running);
+    CHECK_EQ(recorder_count(&rec), 0);
+    CHECK_EQ(chime_store_close(s), -EIO);
+    s = open_fake(0);
+    recorder_wait(&rec, 1);
+    CHECK_EQ(rec.f[0].attempt, 2);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
 /* A store that has not timed commits for a whole period yet has the longest lead (lib/store/lead.h):
  * a timer is cancellable until that lead before its due time, and from then its firing is recorded
  * (cancel: -EINPROGRESS) while its handler waits for the due time itself. */
@@ -442,6 +474,8 @@ static const struct tap_test tests[] = {
       close_does_not_wait_for_a_handler_the_clock_put_off },
     { "a_put_between_two_loads_is_loaded_by_the_second",
       a_put_between_two_loads_is_loaded_by_the_second },
+    { "a_failed_store_starts_no_handler_even_one_recorded_before",
+      a_failed_store_starts_no_handler_even_one_recorded_before },
 };
 
 int main(void)

@@ -271,6 +271,14 @@ static void run_handler(void *arg)
         chime__store_abandon(s, e);
         return;
     }
+    /* A failed store starts no handler (chime_store.h; backend.h, D5), not even one whose firing
+     * was recorded before the failure: that firing stays recorded, and the restart fires it again
+     * (found in review: such handlers still started). relaxed: as the dispatcher's look; the
+     * failure is stored before any caller can see it (chime__store_fail, from the sink). */
+    if (atomic_load_explicit(&s->error, memory_order_relaxed)) {
+        chime__store_abandon(s, e);
+        return;
+    }
     struct chime_fire f = { e->data, e->key_len, e->data + e->key_len, e->payload_len, e->due_ns,
                             e->attempt, e->ref.fence };
     tls_handler_store = s;
