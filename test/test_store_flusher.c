@@ -59,7 +59,9 @@ static void an_io_error_preparing_the_next_segment_fails_the_journal(void)
     CHECK(rc == -EIO, "after the failed preparation: %s, not -EIO", chime_strerror(rc));
     CHECK_EQ(chime__journal_error(b), -EIO);
     CHECK_EQ(put(b, "c"), -EIO);
-    CHECK_EQ(atomic_load(&hits), 1);
+    /* The flusher met the fault (the first hit); the writer may also have made wal-3 itself for the
+     * seal, if the put came before the journal's failure was published (seen under valgrind). */
+    CHECK(atomic_load(&hits) >= 1, "the fault was never met");
     CHECK_EQ(chime__journal_ops.close(b), -EIO);
     chime__io_set_fault(NULL, NULL);
 
