@@ -271,6 +271,22 @@ static void a_waiting_handler_starts_when_the_clock_steps_past_its_due_time(void
     CHECK_EQ(chime_store_close(s), 0);
 }
 
+/* Found in review: a handler armed an hour out by a step back, then the clock stepped forward past
+ * its due time before the keeper swept for the step, and close, due within the lead, waited for
+ * it: the hour. Close arms it again from the wall clock now, so it starts at once and close returns
+ * (before the fix, this test waited an hour, past meson's timeout). */
+static void close_starts_a_due_handler_an_unswept_step_left_armed_an_hour_out(void)
+{
+    uint64_t due;
+    chime_store *s = a_handler_waiting_an_hour(&due);
+    atomic_store(&fake_offset, (int64_t)(20 * SEC)); /* past its due time, the keeper not told */
+    fake_freeze(NULL, 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    CHECK_EQ(recorder_count(&rec), 1);
+    CHECK(!atomic_load(&rec.early), "fired before its due time by the wall clock");
+    CHECK_EQ(rec.f[0].attempt, 1);
+}
+
 static int fail_log_writes(void *ctx, enum chime__io_op op, const char *name, int fd)
 {
     (void)ctx;
@@ -476,6 +492,8 @@ static const struct tap_test tests[] = {
       a_put_between_two_loads_is_loaded_by_the_second },
     { "a_failed_store_starts_no_handler_even_one_recorded_before",
       a_failed_store_starts_no_handler_even_one_recorded_before },
+    { "close_starts_a_due_handler_an_unswept_step_left_armed_an_hour_out",
+      close_starts_a_due_handler_an_unswept_step_left_armed_an_hour_out },
 };
 
 int main(void)

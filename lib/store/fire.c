@@ -350,13 +350,15 @@ int chime__store_reschedule_handler(struct chime_store *s, struct hot *e)
     int closing = atomic_load_explicit(&s->closing, memory_order_acquire);
     /* Within the longest lead: its firing may have been recorded that long before its due time
      * (the lead of the moment may be shorter now), and it starts within that anyway: close waits
-     * for it (found in review: a firing taken with a longer lead was abandoned, its attempt spent). */
-    if (closing && s->wall() + CHIME__LEAD_MAX_NS >= e->due_ns)
-        return 0;
+     * for it (found in review: a firing taken with a longer lead was abandoned, its attempt spent).
+     * Its runtime timer is armed again from the wall clock now, which may have stepped since
+     * (found in review: armed an hour out by a step back, then the clock stepped forward before
+     * the keeper's sweep, and close waited that hour). */
+    int waited_for = closing && s->wall() + CHIME__LEAD_MAX_NS >= e->due_ns;
     if (chime_timer_cancel(s->rt, e->rid) != 0)
         return 0; /* its callback has just begun */
     e->rid = 0;
-    return closing || schedule_handler(s, e) != 0;
+    return (closing && !waited_for) || schedule_handler(s, e) != 0;
 }
 
 /* How many queued timers the rate limit lets start now; *wait_ns until the next token if none. */
