@@ -206,3 +206,47 @@ Test(bounded, a_due_timer_scheduled_between_batches_fires_right_after_the_rest_o
     cr_assert(eq(u64, fired_log[6].tag, 9));
     cr_assert(eq(sz, chime_wheel_pending(w), 0));
 }
+
+/* Found in review: a call that resumes a tick fires, after the rest of its slot, the due timers that
+ * were there when it began (due_mark). A callback of that slot that cancelled all of them emptied
+ * the due array without forgetting the mark, so the timers callbacks then made due fired in the same
+ * call (each making the next: no end but the limit), and firing_left underflowed. */
+static chime_id due_ids[3];
+
+static size_t log_count(uintptr_t tag)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < fired_count; i++)
+        n += fired_log[i].tag == tag;
+    return n;
+}
+
+static void cancel_the_due_and_make_one(void *arg)
+{
+    (void)arg;
+    log_fire(TAG(2));
+    for (int i = 0; i < 3; i++)
+        cr_assert(eq(int, chime_wheel_cancel(w, due_ids[i]), 0));
+    cr_assert(eq(int, chime_wheel_schedule(w, chime_wheel_now(w), log_fire, TAG(9), NULL), 0));
+}
+
+Test(bounded, a_due_timer_a_callback_makes_after_emptying_the_due_list_waits_for_the_next_call)
+{
+    at(10, 1);
+    cr_assert(eq(int, chime_wheel_schedule(w, 10, cancel_the_due_and_make_one, NULL, NULL), 0));
+    bool done;
+    cr_assert(eq(sz, chime__wheel_advance_some(w, 20, 1, &done), 1)); /* 1, then stops in the slot */
+    cr_assert(not(done));
+    for (int i = 0; i < 3; i++) /* due now: they go to the due list, the mark counts them */
+        cr_assert(eq(int, chime_wheel_schedule(w, 5, log_fire, TAG(3), &due_ids[i]), 0));
+    chime__wheel_advance_some(w, 20, 100, &done); /* the callback runs, cancels them, makes 9 */
+    check();
+    cr_assert(eq(sz, log_count(2), 1));
+    cr_assert(eq(sz, log_count(9), 0)); /* made during this call: the next one fires it */
+    uint64_t next = 0;
+    cr_assert(eq(int, chime_wheel_next(w, &next), 0));
+    chime__wheel_advance_some(w, 20, 100, &done);
+    check();
+    cr_assert(eq(sz, log_count(9), 1));
+    cr_assert(eq(sz, log_count(3), 0));
+}

@@ -78,6 +78,11 @@ void chime__levels_settle(struct chime__levels *L, struct chime__slot *arr, unsi
     }
     if (chime__slot_live(arr) == 0) {
         chime__slot_clear(arr);
+        /* The due array's entries a resumed call counts as its own (due_mark) are gone: timers due
+         * appended from now on are not among them, and fire in the next call (found in review: a
+         * stale mark made callbacks' due timers fire in this one, and firing_left underflow). */
+        if (arr == &L->due)
+            L->due_mark = 0;
         if (level < CHIME__LEVELS_MAX)
             chime__levels_unmark(L, level, s); /* I3: no live entry, no bit */
     } else if (chime__slot_wants_compaction(arr)) {
