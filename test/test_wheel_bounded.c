@@ -207,10 +207,10 @@ Test(bounded, a_due_timer_scheduled_between_batches_fires_right_after_the_rest_o
     cr_assert(eq(sz, chime_wheel_pending(w), 0));
 }
 
-/* Found in review: a call that resumes a tick fires, after the rest of its slot, the due timers that
- * were there when it began (due_mark). A callback of that slot that cancelled all of them emptied
- * the due array without forgetting the mark, so the timers callbacks then made due fired in the same
- * call (each making the next: no end but the limit), and firing_left underflowed. */
+/* Found in review: a call that resumes a tick fires, after the rest of its slot, the due timers
+ * that were there when it began (due_mark). A callback of that slot that cancelled all of them
+ * emptied the due array without forgetting the mark, so the timers callbacks then made due fired in
+ * the same call (each making the next: no end but the limit), and firing_left underflowed. */
 static chime_id due_ids[3];
 
 static size_t log_count(uintptr_t tag)
@@ -235,7 +235,7 @@ Test(bounded, a_due_timer_a_callback_makes_after_emptying_the_due_list_waits_for
     at(10, 1);
     cr_assert(eq(int, chime_wheel_schedule(w, 10, cancel_the_due_and_make_one, NULL, NULL), 0));
     bool done;
-    cr_assert(eq(sz, chime__wheel_advance_some(w, 20, 1, &done), 1)); /* 1, then stops in the slot */
+    cr_assert(eq(sz, chime__wheel_advance_some(w, 20, 1, &done), 1)); /* stops in the slot */
     cr_assert(not(done));
     for (int i = 0; i < 3; i++) /* due now: they go to the due list, the mark counts them */
         cr_assert(eq(int, chime_wheel_schedule(w, 5, log_fire, TAG(3), &due_ids[i]), 0));
