@@ -84,7 +84,8 @@ static inline char *tmpdir_make_fast(const char *tag)
 }
 
 /* Remove a directory and the files in it (journals have no subdirectories). */
-/* Whether fd's path (in /proc) contains `part`: "/wal-" for the log's segments, "/run-" for runs. */
+/* Whether fd's path (in /proc) contains `part`: "/wal-" for the log's segments, "/run-" for
+ * runs. */
 static inline int is_file(int fd, const char *part)
 {
     char link[64], path[512];

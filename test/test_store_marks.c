@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Group commits marked in the log (lib/store/wal_writer.c, "MARKS"; format.md, "The reader's rules"), with
- * batches of many records, written through the journal with CHIME_SYNC_INTERVAL and an interval of
- * an hour, so that each backend sync is exactly one group commit of what was put since the last:
+ * Group commits marked in the log (lib/store/wal_writer.c, "MARKS"; format.md, "The reader's
+ * rules"), with batches of many records, written through the journal with CHIME_SYNC_INTERVAL and
+ * an interval of an hour, so that each backend sync is exactly one group commit of what was put
+ * since the last:
  *   - the last group commit spans pages; a page of it that never reached the disk reads as zeros
  *     while its MARK, after it, did reach it: still a torn tail, every record before the page kept;
  *   - a group commit too big for what is left of a segment goes partly in the next, each part with

@@ -325,7 +325,8 @@ static void two_segments(uint64_t at, const unsigned char *bytes, size_t n, int 
 
 /* two_segments with the damage: open must refuse with -EBADMSG and leave both files for an
  * operator to look at. */
-static void expect_damage(uint64_t at, const unsigned char *bytes, size_t n, int late, int zero_first)
+static void expect_damage(uint64_t at, const unsigned char *bytes, size_t n, int late,
+                          int zero_first)
 {
     two_segments(at, bytes, n, late, zero_first);
     char *wal1 = path_in(scratch, "wal-0000000000000001.log");
