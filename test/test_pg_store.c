@@ -258,6 +258,41 @@ static void test_a_put_for_another_nodes_shard_reaches_it_with_or_without_notifi
     recorder_free(&ra);
 }
 
+/* Found in review: a dead letter requeued through a node that does not own its shard was held in
+ * that node's memory (with fence 0, which fire refuses) as if it were its own. It waits on the
+ * owner's side only. */
+static void test_a_requeue_through_another_node_is_held_by_the_owner_only(void)
+{
+    fresh();
+    struct recorder ra;
+    recorder_init(&ra, NULL);
+    ra.reply = retry_twice; /* everything but "retry" goes to the dead letters */
+    chime_store *a = NULL, *b = NULL;
+    CHECK_EQ(pg_open_node(&a, conninfo, "a", &ra, 2 * SEC, 0), 0);
+    CHECK_EQ(pg_open_node(&b, conninfo, "b", &rec, 2 * SEC, 0), 0);
+    PGconn *c = pg_connect_or_die(conninfo);
+    while (pg_value(c, "SELECT count(*) FROM chime.shards WHERE owner = 'a' AND expires > now()") !=
+               SHARDS / 2 ||
+           pg_value(c, "SELECT count(*) FROM chime.shards WHERE owner = 'b' AND expires > now()") !=
+               SHARDS / 2)
+        sleep_ms(20); /* a poll: the nodes balance the shards between them, round by round */
+    long long shard = pg_value(c, "SELECT min(shard) FROM chime.shards WHERE owner = 'a'");
+    PQfinish(c);
+    char key[64];
+    pg_key_in_shard(key, sizeof key, "requeued", (unsigned)shard, SHARDS);
+    CHECK_EQ(chime_store_put(a, key, strlen(key), "d", 1, wall_ns() + 100 * MS), 0);
+    recorder_wait_key(&ra, key, 1, NULL); /* a fires it; its handler sends it to the dead letters */
+    store_wait_idle(a);
+    CHECK_EQ(chime_store_sync(a), 0);
+    CHECK_EQ(chime_store_dead_requeue(b, key, strlen(key), wall_ns() + 600 * SEC), 0);
+    struct chime_store_stats st;
+    chime_store_stats(b, &st);
+    CHECK_EQ(st.loaded, 0); /* not b's to hold */
+    CHECK_EQ(chime_store_close(b), 0);
+    CHECK_EQ(chime_store_close(a), 0);
+    recorder_free(&ra);
+}
+
 /* Rows chime.pending shows (the operators' view: committed, unfired timers), polled until it shows
  * want; the test's timeout bounds the wait. */
 static void wait_pending_rows(PGconn *c, long long want)
@@ -512,6 +547,8 @@ int main(void)
           test_retries_count_attempts_and_dead_letters_can_be_requeued },
         { "a_requeued_dead_letter_is_read_back_by_the_poll",
           test_a_requeued_dead_letter_is_read_back_by_the_poll },
+        { "a_requeue_through_another_node_is_held_by_the_owner_only",
+          test_a_requeue_through_another_node_is_held_by_the_owner_only },
         { "pending_timers_survive_a_close_and_fire_after_reopen",
           test_pending_timers_survive_a_close_and_fire_after_reopen },
         { "a_put_for_another_nodes_shard_reaches_it_with_or_without_notifications",

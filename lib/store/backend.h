@@ -241,7 +241,8 @@ struct chime__backend_ops {
     /*
      * Make key's dead letter a pending timer again, due at due_ns, with its payload and attempt 0,
      * replacing the key's pending timer if any (D1, as put). fn is called once, before this returns,
-     * with the new timer (its payload is the dead letter's), so that the logic can arm it.
+     * with the new timer (its payload is the dead letter's), so that the logic can arm it; *res is
+     * filled before fn is called (the logic reads res->owned there).
      * Return: 0 and *ticket; -ENOENT if the key has no dead letter; -EIO, -ENOSPC; -ENOMEM.
      */
     int (*dead_requeue)(struct chime__backend *b, const void *key, size_t key_len, uint64_t due_ns,

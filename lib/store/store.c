@@ -359,7 +359,7 @@ struct requeue {
     struct hot_stripe *st;
     uint64_t hash;
     struct hot *pending, *running;
-    int owned;
+    const struct chime__put_result *res; /* filled by the backend before it calls requeued */
     int err;
 };
 
@@ -378,20 +378,21 @@ static int requeued(void *ctx, const struct chime__timer *t)
     e->ref = t->ref;
     e->due_ns = t->due_ns;
     chime__store_wait_for(e, q->running);
-    place(q->s, q->st, e, q->owned);
+    place(q->s, q->st, e, q->res->owned); /* another node's shard: it waits there (found in review:
+                                              this node held it with fence 0, which fire refuses) */
     return 0;
 }
 
 CHIME_API int chime_store_dead_requeue(chime_store *s, const void *key, size_t key_len,
                                        uint64_t due_ns)
 {
-    struct requeue q = { s, NULL, 0, NULL, NULL, 1, 0 };
+    struct chime__put_result res;
+    struct requeue q = { s, NULL, 0, NULL, NULL, &res, 0 };
     uint64_t ticket = 0;
     int err = begin(s, key, key_len, &q.hash, &q.st);
     if (err)
         return err;
     chime__store_find(q.st, q.hash, key, key_len, &q.pending, &q.running);
-    struct chime__put_result res;
     err = s->ops->dead_requeue(s->b, key, key_len, due_ns, &res, requeued, &q, &ticket);
     if (!err && q.running)
         q.running->superseded = 1;
