@@ -260,7 +260,7 @@ static int cmd_verify(int dir)
         fprintf(stderr, "chime-store: %s\n", chime_strerror(err));
         return 1;
     }
-    uint64_t total = 0, records = 0, prev_valid = UINT64_MAX; /* the last segment's end, if known */
+    uint64_t total = 0, records = 0, end = UINT64_MAX; /* the last segment's end, if it was read */
     int damaged = 0, torn = 0, other_version = 0;
     if (f.chain == CHIME__CHAIN_GAP) {
         printf("MISSING: segments %" PRIu64 " to %" PRIu64 " are in no file (a run or segment was "
@@ -300,13 +300,13 @@ static int cmd_verify(int dir)
         char name[CHIME__NAME_MAX];
         chime__wal_name(name, f.segs[i]);
         int fd;
-        uint64_t size, n = 0;
+        uint64_t size, n = 0, prev_valid = end;
+        end = UINT64_MAX; /* unless this one is read to its end below */
         struct chime__file_header h;
         err = chime__file_open(dir, name, &fd, &size, &h);
         if (err == -EPROTO) {
             printf("%s: %s\n", name, chime_strerror(err));
             other_version = 1;
-            prev_valid = UINT64_MAX;
             continue;
         }
         if (!err && (h.run || h.lo != f.segs[i])) {
@@ -327,13 +327,11 @@ static int cmd_verify(int dir)
                 printf("%s: header not whole, nothing after it (a creation a crash cut)\n", name);
                 torn = 1;
             }
-            prev_valid = UINT64_MAX;
             continue;
         }
         if (err) {
             printf("%s: %s\n", name, chime_strerror(err));
             damaged = 1;
-            prev_valid = UINT64_MAX;
             continue;
         }
         struct chime__reader rd;
@@ -361,7 +359,7 @@ static int cmd_verify(int dir)
                    rd.prev_end, prev_valid);
             damaged = 1;
         }
-        prev_valid = rd.off;
+        end = rd.off;
         if (marked < 0)
             printf("%s: %s\n", name, chime_strerror(marked));
         else if (marked)
