@@ -67,9 +67,11 @@
  *      `occupied` iff level i has a set bit. An array with no live entry is emptied (len 0).
  *  I4. Tombstones: a slot's `dead` counts its CHIME__DEAD entries exactly, and outside the array
  *      being fired, dead <= max(2 * live, CHIME__SLOT_MIN_DEAD): len <= 3 * live + 8 (live as the
- *      array counts it, I7). The due array's entries name nodes with deadline <= now and pos =
- *      CHIME__POS_DUE | index. Each node is named by exactly one live entry, and the live count is
- *      their number.
+ *      array counts it, I7). While the due array is being fired, the same bound holds for its part
+ *      beyond due_end (timers made due since; due_tail_dead counts its tombstones), so a cancel
+ *      storm between the calls of a bounded advance cannot grow it without bound. The due array's
+ *      entries name nodes with deadline <= now and pos = CHIME__POS_DUE | index. Each node is named
+ *      by exactly one live entry, and the live count is their number.
  *  I5. Arrays keep arrival order, and cascading walks an array in order and appends: timers with
  *      equal deadlines stay in the order they were scheduled, whatever levels they passed through.
  *  I6. Only between the calls of a bounded advance (the threaded runtime works through a firing storm
@@ -416,6 +418,7 @@ static void start_due(struct chime__levels *L, uint32_t end, uint32_t live)
 {
     L->firing = CHIME__FIRING_DUE;
     L->due_end = end;
+    L->due_tail_dead = 0;
     L->cursor = 0;
     L->firing_left = live;
 }
@@ -502,6 +505,7 @@ size_t chime__levels_advance(struct chime__levels *L, uint64_t now, size_t limit
     } else if (L->firing == CHIME__FIRING_DUE) {
         L->firing_left += live_in(&L->due, L->due_end, L->due.len); /* scheduled since: now too */
         L->due_end = L->due.len;
+        L->due_tail_dead = 0;
     } else if (chime__slot_live(&L->due)) {
         start_due(L, L->due.len, chime__slot_live(&L->due));
     }

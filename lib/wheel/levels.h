@@ -90,6 +90,8 @@ struct chime__levels {
     uint32_t cursor;       /* the next entry to fire in that array */
     uint32_t firing_left;  /* live entries from the cursor to the end of what this advance fires */
     uint32_t due_end;      /* with CHIME__FIRING_DUE: entries [0, due_end) fire in this advance */
+    uint32_t due_tail_dead; /* with CHIME__FIRING_DUE: tombstones among [due_end, len), the part
+                               scheduled since, which is compacted on its own (I4) */
     uint32_t due_mark;     /* while a call resumes a level-0 slot: the due array's length when it
                               began (due_marked); those entries fire right after the slot */
     bool due_marked;

@@ -94,6 +94,15 @@ const char *chime__levels_check(const struct chime__levels *L, uint32_t nodes_li
         CHECK(due->len == 0 || chime__slot_live(due) || L->firing == CHIME__FIRING_DUE,
           "due array holds only tombstones");
         CHECK(!chime__slot_wants_compaction(due), "due array not compacted");
+    } else {
+        CHECK(L->due_end <= due->len, "due_end beyond the due array");
+        uint32_t tail = due->len - L->due_end, dead = 0;
+        for (uint32_t j = L->due_end; j < due->len; j++)
+            dead += due->v[j] == CHIME__DEAD;
+        CHECK(dead == L->due_tail_dead, "due_tail_dead miscounts the due array's tail");
+        CHECK(tail == 0 || dead < tail, "the due array's tail holds only tombstones");
+        CHECK(dead <= CHIME__SLOT_MIN_DEAD || dead <= 2 * (tail - dead),
+              "the due array's tail not compacted");
     }
     for (uint32_t j = 0; j < due->len; j++) {
         if (!live_entry(&q, due, j))

@@ -32,13 +32,13 @@
 #include "wheel/levels.h"
 
 /*
- * Drop an array's tombstones, keeping the order of the rest; each moved entry's node is told. Two
- * passes without a branch on the entries: tombstones fall where the cancels fell, at random, and a
- * branch on each would be mispredicted about every other entry.
+ * Drop the tombstones among an array's entries from `from` on, keeping the order of the rest; each
+ * moved entry's node is told. Two passes without a branch on the entries: tombstones fall where the
+ * cancels fell, at random, and a branch on each would be mispredicted about every other entry.
  */
-static void compact(struct chime__levels *L, struct chime__slot *arr)
+static void compact(struct chime__levels *L, struct chime__slot *arr, uint32_t from)
 {
-    uint32_t first = 0; /* entries before the first tombstone stay where they are */
+    uint32_t first = from; /* entries before the first tombstone stay where they are */
     while (first < arr->len && arr->v[first] != CHIME__DEAD)
         first++;
     uint32_t keep = first, mark = L->due_mark;
@@ -54,8 +54,28 @@ static void compact(struct chime__levels *L, struct chime__slot *arr)
         chime__levels_moved(L, arr->v[j], j);
     if (marked)
         L->due_mark = L->due_mark >= arr->len ? keep : mark;
+    arr->dead -= arr->len - keep;
     arr->len = keep;
-    arr->dead = 0;
+}
+
+/*
+ * The due array is being fired and a removal fell beyond due_end, among the timers made due since
+ * this advance's part was fixed: no cursor bounds that part, so it is kept as any array outside a
+ * firing is (I4): emptied when nothing live is left in it, compacted on its own when its tombstones
+ * outnumber its live entries twice.
+ */
+static void settle_due_tail(struct chime__levels *L, struct chime__slot *due)
+{
+    uint32_t tail = due->len - L->due_end, live = tail - L->due_tail_dead;
+    if (live == 0) {
+        due->dead -= L->due_tail_dead;
+        due->len = L->due_end;
+    } else if (L->due_tail_dead > CHIME__SLOT_MIN_DEAD && L->due_tail_dead > 2 * live) {
+        compact(L, due, L->due_end);
+    } else {
+        return;
+    }
+    L->due_tail_dead = 0;
 }
 
 /* Is arr the array an advance is firing (its entries must stay where they are until it is done)? */
@@ -74,7 +94,9 @@ void chime__levels_settle(struct chime__levels *L, struct chime__slot *arr, unsi
         uint32_t end = L->firing == CHIME__FIRING_DUE ? L->due_end : arr->len;
         if (tombstoned >= L->cursor && tombstoned < end)
             L->firing_left--; /* one fewer to fire in this advance */
-        return; /* compacted or freed once the advance has fired it */
+        else if (L->firing == CHIME__FIRING_DUE && tombstoned >= end)
+            settle_due_tail(L, arr);
+        return; /* the part being fired is compacted or freed once the advance has fired it */
     }
     if (chime__slot_live(arr) == 0) {
         chime__slot_clear(arr);
@@ -86,7 +108,7 @@ void chime__levels_settle(struct chime__levels *L, struct chime__slot *arr, unsi
         if (level < CHIME__LEVELS_MAX)
             chime__levels_unmark(L, level, s); /* I3: no live entry, no bit */
     } else if (chime__slot_wants_compaction(arr)) {
-        compact(L, arr);
+        compact(L, arr, 0);
     }
 }
 
@@ -97,7 +119,8 @@ static struct chime__slot *array_at(struct chime__levels *L, unsigned level, uin
 }
 
 /* Drop entry `at` of arr: a tombstone, or for the newest entry a shorter array (unless it is being
- * fired: the cursor's bounds must not move). */
+ * fired: the cursor's bounds must not move; the due array's entries beyond due_end are not within
+ * them, but they are counted, in due_tail_dead). */
 static void drop(struct chime__levels *L, struct chime__slot *arr, uint32_t at)
 {
     if (at + 1 == arr->len && L->firing == CHIME__FIRING_NONE) {
@@ -105,6 +128,8 @@ static void drop(struct chime__levels *L, struct chime__slot *arr, uint32_t at)
     } else {
         arr->v[at] = CHIME__DEAD;
         arr->dead++;
+        if (L->firing == CHIME__FIRING_DUE && arr == &L->due && at >= L->due_end)
+            L->due_tail_dead++;
     }
 }
 
