@@ -186,7 +186,8 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
 /*
  * Schedule the timer `key` to fire at due_ns (wall clock) with a copy of payload; if key is pending,
  * replace its due time and payload instead. If key's handler is running, this schedules a new firing:
- * the running one's acknowledgement (or retry) does not remove it.
+ * the running one's acknowledgement (or retry) does not remove it. A due_ns of UINT64_MAX (in the
+ * year 2554) is kept but never fires: no wall clock in ns since the epoch reaches it.
  * Return: 0 (with CHIME_SYNC_EACH: the put is on stable storage); -EINVAL if s, key or payload is NULL,
  *         or key_len or payload_len is 0 or over its maximum (nothing is written); -EIO, -ENOSPC (the
  *         store has failed: see above; this put was not reported durable: after a reopen it may be

@@ -134,6 +134,30 @@ static void far_timers_stay_on_disk_until_they_come_within_the_horizon(void)
     CHECK_EQ(chime_store_close(s), 0);
 }
 
+/* A horizon that reaches the end of time loads everything at open, except a timer due at
+ * UINT64_MAX: documented as kept and never fired (chime_store.h), through a reopen. */
+static void a_timer_due_at_uint64_max_is_kept_and_never_loaded(void)
+{
+    fresh();
+    struct chime_store_config c = { .horizon_ns = UINT64_MAX };
+    chime_store *s = open_store(&c);
+    CHECK_EQ(put(s, "never", "x", UINT64_MAX), 0);
+    CHECK_EQ(put(s, "far", "x", UINT64_MAX - 1), 0);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 2);
+    CHECK_EQ(st.loaded, 1); /* "far": within the horizon */
+    CHECK_EQ(chime_store_close(s), 0);
+    c = (struct chime_store_config){ .horizon_ns = UINT64_MAX };
+    s = open_store(&c);
+    chime_store_stats(s, &st);
+    CHECK_EQ(st.pending, 2);
+    CHECK_EQ(st.loaded, 1);
+    CHECK_EQ(cancel(s, "never"), 0);
+    CHECK_EQ(cancel(s, "far"), 0);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
 static void bad_input_is_einval_and_writes_nothing(void)
 {
     fresh();
@@ -361,6 +385,8 @@ static const struct tap_test tests[] = {
     { "the_flusher_gives_its_buffers_back_once_idle", the_flusher_gives_its_buffers_back_once_idle },
     { "far_timers_stay_on_disk_until_they_come_within_the_horizon",
       far_timers_stay_on_disk_until_they_come_within_the_horizon },
+    { "a_timer_due_at_uint64_max_is_kept_and_never_loaded",
+      a_timer_due_at_uint64_max_is_kept_and_never_loaded },
     { "bad_input_is_einval_and_writes_nothing", bad_input_is_einval_and_writes_nothing },
     { "open_rejects_bad_arguments", open_rejects_bad_arguments },
     { "a_second_opener_of_the_directory_gets_ebusy", a_second_opener_of_the_directory_gets_ebusy },
