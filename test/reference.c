@@ -82,10 +82,18 @@ void ref_reschedule(struct ref *r, size_t i, uint64_t deadline)
 size_t ref_advance(struct ref *r, uint64_t T, struct ref_fired **out, size_t *out_cap,
                    uint64_t **dead, size_t *ndead, size_t *dead_cap)
 {
+    return ref_advance_some(r, T, SIZE_MAX, out, out_cap, dead, ndead, dead_cap);
+}
+
+size_t ref_advance_some(struct ref *r, uint64_t T, size_t limit, struct ref_fired **out,
+                        size_t *out_cap, uint64_t **dead, size_t *ndead, size_t *dead_cap)
+{
     if (T < r->now)
         return 0;
     size_t fired = 0;
     while (r->n && r->v[0].key <= T) {
+        if (fired == limit)
+            return fired; /* now stays at the last key fired */
         struct ref_timer t = r->v[0];
         ref_remove(r, 0);
         if (t.key > r->now)

@@ -41,5 +41,10 @@ void ref_reschedule(struct ref *r, size_t i, uint64_t deadline);
  * are appended to *dead (grown as needed). */
 size_t ref_advance(struct ref *r, uint64_t T, struct ref_fired **out, size_t *out_cap,
                    uint64_t **dead, size_t *ndead, size_t *dead_cap);
+/* The same, but fire at most `limit` timers, as the runtime's bounded advance does: a periodic one
+ * re-arms after T all the same; now is T only once every timer with key <= T has fired, else the
+ * key of the last one fired. */
+size_t ref_advance_some(struct ref *r, uint64_t T, size_t limit, struct ref_fired **out,
+                        size_t *out_cap, uint64_t **dead, size_t *ndead, size_t *dead_cap);
 
 #endif /* CHIME_TEST_REFERENCE_H */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target: arbitrary bytes drive one wheel through a sequence of schedule, periodic
- * schedule, cancel, reschedule, forged-id, next and advance operations, checked against the
+ * schedule, cancel, reschedule, forged-id, next, advance and bounded advance (the threaded
+ * runtime's: at most a few callbacks per call, the rest of a tick left for the next call)
+ * operations, checked against the
  * reference model (test/reference.h) and the wheel's self-check after every step. Any disagreement
  * aborts with a message, which libFuzzer reports with the input that caused it.
  *
@@ -216,6 +218,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             else
                 EXPECT(rc == 0 && when <= ref.v[0].key, "step %zu: next %d %" PRIu64 " after %" PRIu64,
                        step, rc, when, ref.v[0].key);
+        } else if (op < 185 && !oom) { /* a bounded advance, as the threaded runtime makes */
+            uint64_t target = sat_add(now, distance(&in));
+            size_t limit = (size_t)take(&in, 1) % 8, before = ngot;
+            bool done = false;
+            size_t n = chime__wheel_advance_some(wheel, target, limit, &done);
+            size_t nwant = ref_advance_some(&ref, target, limit, &want, &want_cap, &dead, &ndead,
+                                            &dead_cap);
+            EXPECT(n == ngot - before && n == nwant && n <= limit, "step %zu: advance_some to %"
+                   PRIu64 " (limit %zu) fired %zu, reference %zu", step, target, limit, n, nwant);
+            for (size_t k = 0; k < nwant; k++)
+                EXPECT(got[before + k].tag == want[k].tag && got[before + k].now == want[k].now,
+                       "step %zu: bounded firing %zu is timer %" PRIu64 " at %" PRIu64
+                       ", reference %" PRIu64 " at %" PRIu64, step, k, got[before + k].tag,
+                       got[before + k].now, want[k].tag, want[k].now);
+            uint64_t at = chime_wheel_now(wheel);
+            if (done) { /* everything due by target has fired */
+                EXPECT(at == target && (!ref.n || ref.v[0].key > target), "step %zu: done at %"
+                       PRIu64 " short of %" PRIu64 " or with timers due", step, at, target);
+            } else { /* stopped at the limit, at the last firing's tick (where it began if none) */
+                EXPECT(n == limit && at == (n ? want[n - 1].now : now), "step %zu: paused at %"
+                       PRIu64 " after %zu firings", step, at, n);
+            }
+            ref.now = at; /* later schedules are placed against the wheel's time (chime.h) */
+            all_want = realloc(all_want, (nall + nwant + 1) * sizeof(*all_want));
+            EXPECT(all_want, "out of memory");
+            if (nwant)
+                memcpy(all_want + nall, want, nwant * sizeof(*want));
+            nall += nwant;
         } else { /* advance, by a little or a lot, or backwards */
             uint64_t target = op < 250 ? sat_add(now, distance(&in)) : now - (now > 0);
             size_t before = ngot;
