@@ -219,7 +219,7 @@ static void records_are_counted_in_segments_no_smaller_than_the_one_they_go_to(v
 
     /* Once the log has moved to a segment of the new size, that size is the unit. */
     uint64_t sealed = 0;
-    CHECK_EQ(chime__wal_seal(w, &sealed), 0);
+    CHECK_EQ(chime__wal_seal(w, &sealed, NULL), 0);
     CHECK_EQ(sealed, 1);
     CHECK_EQ(chime__wal_segment_bytes(w), small);
     CHECK_EQ(chime__wal_close(w), 0);

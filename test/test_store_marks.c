@@ -11,7 +11,9 @@
  *     record;
  *   - a new segment is written with zeros to its size, none of its extents left unwritten;
  *   - a journal whose files are of format version 1 (before MARKs) is refused with -EPROTO, and
- *     nothing in it is changed.
+ *     nothing in it is changed;
+ *   - a lost last commit of a segment that a load seals is refused, however late the log's sealed
+ *     callback comes.
  * test_store_torn.c cuts and flips the single-record group commits of a segment at every byte.
  */
 #include "journal_util.h"
@@ -24,6 +26,7 @@
 #include "store/checksum.h"
 #include "store/format.h"
 #include "store/io.h"
+#include "store/wal_impl.h"
 
 static char *dir;
 
@@ -394,6 +397,57 @@ static void a_journal_of_format_version_1_is_refused_eproto(void)
     free(dir);
 }
 
+/* The log's sealed callback for segment 1, late: as a writer thread descheduled between sealing
+ * and calling back could be, it comes only once the journal counts the segment as sealed (a load's
+ * flush_all does, after the seal returns) and the flusher has flushed it or failed. */
+static struct chime__backend *late_journal;
+
+static void late_sealed(void *ctx, uint64_t segment, uint64_t used)
+{
+    struct chime__backend *j = late_journal;
+    pthread_mutex_lock(&j->lock);
+    while (segment == 1 && !j->error && (j->sealed < 1 || j->flushed < 1))
+        pthread_cond_wait(&j->done, &j->lock);
+    pthread_mutex_unlock(&j->lock);
+    chime__journal_sealed(ctx, segment, used);
+}
+
+static int count_timer(void *ctx, const struct chime__timer *t)
+{
+    (void)t;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+/* A sealed segment's last group commit lost (zeros where its records and MARK were) is refused
+ * when a load seals and flushes the segment, as at an open: the flusher must know how much of the
+ * segment holds records before it reads it, or zeros to the end read as the end. */
+static void a_lost_last_commit_is_refused_when_a_load_seals_its_segment(void)
+{
+    dir = tmpdir_make("marks-late");
+    CHECK(dir != NULL, "mkdtemp");
+    struct chime__backend *b = journal_open_hourly(dir);
+    late_journal = b;
+    b->wal->cfg.sealed = late_sealed; /* the writer reads it when it seals, after this put */
+    put_key(b, 0, 8);
+    CHECK_EQ(chime__journal_ops.sync(b), 0); /* acknowledged */
+    char *path = path_in(dir, "wal-0000000000000001.log");
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0, "open");
+    size_t lost = chime__rec_len(2, 8) + 64; /* the record ("m0", 8 bytes) and its MARK */
+    CHECK(pwrite(fd, (const unsigned char[4096]){ 0 }, lost, CHIME__FILE_HEADER) == (ssize_t)lost,
+          "lose");
+    close(fd);
+    int rc = chime__journal_flush_all(b), n = 0;
+    if (rc == 0)
+        rc = chime__journal_ops.load(b, 0, UINT64_MAX, count_timer, &n);
+    CHECK(rc == -EBADMSG, "the lost commit went unseen: %s, %d timers", chime_strerror(rc), n);
+    chime__journal_ops.close(b);
+    free(path);
+    tmpdir_remove(dir);
+    free(dir);
+}
+
 static const struct tap_test tests[] = {
     { "a_lost_page_of_the_last_group_commit_before_its_whole_mark_is_a_torn_tail",
       a_lost_page_of_the_last_group_commit_before_its_whole_mark_is_a_torn_tail },
@@ -403,6 +457,8 @@ static const struct tap_test tests[] = {
       a_group_commit_split_across_two_segments_reopens_whole },
     { "a_journal_of_format_version_1_is_refused_eproto",
       a_journal_of_format_version_1_is_refused_eproto },
+    { "a_lost_last_commit_is_refused_when_a_load_seals_its_segment",
+      a_lost_last_commit_is_refused_when_a_load_seals_its_segment },
 };
 
 int main(void)

@@ -205,7 +205,7 @@ static char *two_segment_log(uint64_t *end1, uint64_t *last1)
             *last1 = CHIME__FILE_HEADER + chime__rec_len(r.key_len, 1) + CHIME__MARK_LEN;
         if (i == 1) {
             *end1 = *last1 + chime__rec_len(r.key_len, 1) + CHIME__MARK_LEN;
-            CHECK_EQ(chime__wal_seal(w, &sealed), 0);
+            CHECK_EQ(chime__wal_seal(w, &sealed, NULL), 0);
             CHECK_EQ(sealed, 1);
         }
     }

@@ -44,6 +44,7 @@ int chime__wal_open(struct chime__wal **out, const struct chime__wal_config *cfg
     atomic_init(&w->next_version, cfg->next_version);
     w->current = cfg->segment;
     w->sealed = cfg->segment - 1;
+    w->sealed_used = UINT64_MAX;
     atomic_init(&w->segment_bytes, clamp_segment(cfg->segment_bytes));
     atomic_init(&w->unwritten, 0);
     atomic_init(&w->current_bytes, 0);
@@ -177,7 +178,7 @@ int chime__wal_sync(struct chime__wal *w)
     return chime__wal_wait(w, lsn);
 }
 
-int chime__wal_seal(struct chime__wal *w, uint64_t *sealed)
+int chime__wal_seal(struct chime__wal *w, uint64_t *sealed, uint64_t *used)
 {
     pthread_mutex_lock(&w->lock);
     uint64_t lsn = w->appended;
@@ -189,6 +190,8 @@ int chime__wal_seal(struct chime__wal *w, uint64_t *sealed)
         pthread_cond_wait(&w->done, &w->lock);
     int err = w->sealed_lsn >= lsn ? 0 : w->error;
     *sealed = w->sealed;
+    if (used)
+        *used = w->sealed_used;
     pthread_mutex_unlock(&w->lock);
     return err;
 }

@@ -62,10 +62,12 @@ int chime__wal_sync(struct chime__wal *w);
 /*
  * Make everything appended before the call durable and, if the current segment holds records, seal
  * it and start a new one. *sealed receives the number of the last sealed segment (every record
- * appended before the call is in it or in an earlier one).
+ * appended before the call is in it or in an earlier one) and, if used is not NULL, *used what the
+ * sealed callback is given for it (UINT64_MAX for a segment sealed before this open): the callback
+ * may come after this returns, and a caller that acts on *sealed at once needs both.
  * Return: 0; the sticky error.
  */
-int chime__wal_seal(struct chime__wal *w, uint64_t *sealed);
+int chime__wal_seal(struct chime__wal *w, uint64_t *sealed, uint64_t *used);
 
 /* The size of segments created from now on (clamped to what a segment needs at least). */
 void chime__wal_set_segment_bytes(struct chime__wal *w, uint64_t bytes);

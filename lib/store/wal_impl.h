@@ -38,6 +38,7 @@ struct chime__wal {
     uint64_t seal_upto;    /* a seal is wanted of everything before this LSN */
     uint64_t sealed_lsn;   /* everything before this LSN is in segments <= sealed */
     uint64_t sealed;       /* the last sealed segment */
+    uint64_t sealed_used;  /* how many of its bytes hold records and MARKs (UINT64_MAX: unknown) */
     uint64_t current;      /* the segment records go to */
     int error;
     int closing;

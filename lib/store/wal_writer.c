@@ -134,6 +134,7 @@ static int next_segment(struct chime__wal *w, uint64_t at)
     w->current = number;
     w->preparing = 0;
     w->sealed = old;
+    w->sealed_used = used;
     w->sealed_lsn = at;
     pthread_cond_broadcast(&w->done);
     pthread_mutex_unlock(&w->lock);
