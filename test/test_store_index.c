@@ -10,14 +10,10 @@
  * spills its records to disk and builds one table at a time, index.c "REBUILDING").
  * CHIME_INDEX_KEYS (default 300000) sets the number of keys.
  */
-#include "store_util.h"
+#include "index_util.h"
 
-#include <fcntl.h>
 #include <pthread.h>
-#include <stdatomic.h>
 
-#include "rng.h"
-#include "store/index.h"
 #include "store/io.h"
 
 static char *dir;
@@ -28,25 +24,9 @@ static int keys_wanted(void)
     return env ? atoi(env) : 300000;
 }
 
-/* An index in the test's directory, its hash key drawn from r (so that CHIME_SEED repeats its layout). */
 static struct chime__index *open_index(int *fd, struct rng *r)
 {
-    if (!dir)
-        dir = tmpdir_make("index");
-    *fd = open(dir, O_RDONLY | O_DIRECTORY);
-    CHECK(*fd >= 0, "open dir");
-    struct chime__index *ix;
-    CHECK_EQ(chime__index_open(&ix, *fd), 0);
-    uint64_t k0 = rng_next(r);
-    chime__index_set_hash_key(ix, k0, rng_next(r));
-    return ix;
-}
-
-static void key_of(struct chime__index *ix, int i, struct chime__ikey *k)
-{
-    char name[16];
-    int n = snprintf(name, sizeof name, "key-%d", i);
-    chime__index_key(ix, name, (size_t)n, k);
+    return index_open_in(&dir, "index", fd, r);
 }
 
 /* Random sets and deletes of n keys, each checked by a lookup against a plain array, with `batch`
@@ -64,7 +44,7 @@ static void random_operations(const char *name, uint32_t batch, int drain)
     for (long op = 0; op < 3L * n; op++) {
         int i = (int)rng_below(&r, (uint64_t)n);
         struct chime__ikey k;
-        key_of(ix, i, &k);
+        index_key_of(ix, i, &k);
         chime__index_lock(ix, &k);
         uint64_t v, due;
         int found = chime__index_get(ix, CHIME__IX_PENDING, &k, &v, &due);
@@ -99,7 +79,7 @@ static void random_operations(const char *name, uint32_t batch, int drain)
     for (int i = 0; i < n; i++) {
         struct chime__ikey k;
         uint64_t v, due;
-        key_of(ix, i, &k);
+        index_key_of(ix, i, &k);
         CHECK_EQ(chime__index_get(ix, CHIME__IX_PENDING, &k, &v, &due), want[i] != 0);
         CHECK(!want[i] || v == want[i], "key %d after the run", i);
     }
@@ -127,7 +107,7 @@ static struct chime__index *filled_index(int *fd, struct rng *r, int keys, uint3
     CHECK_EQ(chime__index_rebuild_done(ix), 0);
     for (int i = 0; i < keys; i++) {
         struct chime__ikey k;
-        key_of(ix, i, &k);
+        index_key_of(ix, i, &k);
         chime__index_lock(ix, &k);
         CHECK_EQ(chime__index_set(ix, CHIME__IX_PENDING, &k, (uint64_t)i + 1, 5), 0);
         chime__index_unlock(ix, &k);
@@ -140,7 +120,7 @@ static int get(struct chime__index *ix, int i, uint64_t *v)
 {
     struct chime__ikey k;
     uint64_t due;
-    key_of(ix, i, &k);
+    index_key_of(ix, i, &k);
     chime__index_lock(ix, &k);
     int got = chime__index_get(ix, CHIME__IX_PENDING, &k, v, &due);
     chime__index_unlock(ix, &k);
@@ -150,7 +130,7 @@ static int get(struct chime__index *ix, int i, uint64_t *v)
 static int maybe(struct chime__index *ix, int i)
 {
     struct chime__ikey k;
-    key_of(ix, i, &k);
+    index_key_of(ix, i, &k);
     chime__index_lock(ix, &k);
     int m = chime__index_maybe(ix, CHIME__IX_PENDING, &k);
     chime__index_unlock(ix, &k);
@@ -187,7 +167,7 @@ static void ended_entries_of_a_file_table_go_when_it_fills_so_churn_does_not_gro
     for (int round = 0; round < 20; round++) {
         for (int i = 0; i < n; i++) { /* keys of this round: round * n + i, version i + 1 */
             struct chime__ikey k;
-            key_of(ix, round * n + i, &k);
+            index_key_of(ix, round * n + i, &k);
             chime__index_lock(ix, &k);
             CHECK_EQ(chime__index_set(ix, CHIME__IX_PENDING, &k, (uint64_t)i + 1, 5), 0);
             chime__index_unlock(ix, &k);
@@ -198,7 +178,7 @@ static void ended_entries_of_a_file_table_go_when_it_fills_so_churn_does_not_gro
         for (int i = 0; i < n; i++) {
             struct chime__ikey k;
             struct chime__islot at;
-            key_of(ix, round * n + i, &k);
+            index_key_of(ix, round * n + i, &k);
             chime__index_lock(ix, &k);
             CHECK_EQ(chime__index_find_live(ix, CHIME__IX_PENDING, &k, (uint64_t)i + 1, 5, &at), 0);
             CHECK(at.found && at.version == (uint64_t)i + 1, "round %d key %d", round, i);
@@ -251,7 +231,7 @@ static void a_new_key_the_tags_rule_out_is_not_read_and_a_maybe_is_read_and_sett
     chime__io_set_fault(NULL, NULL);
     CHECK_EQ(get(ix, yes, &v), 0);  /* the read settles it: another key holds that tag */
     struct chime__ikey k;
-    key_of(ix, yes, &k);
+    index_key_of(ix, yes, &k);
     chime__index_lock(ix, &k);
     CHECK_EQ(chime__index_set(ix, CHIME__IX_PENDING, &k, 999999, 5), 0);
     chime__index_unlock(ix, &k);
@@ -277,7 +257,7 @@ static void a_failed_write_of_a_batch_keeps_it_pending_and_the_index_exact(void)
     int failed = 0, i = KEYS;
     for (; i < KEYS + 64 * BATCH && !failed; i++) { /* until some table's batch is full */
         struct chime__ikey k;
-        key_of(ix, i, &k);
+        index_key_of(ix, i, &k);
         chime__index_lock(ix, &k);
         int err = chime__index_set(ix, CHIME__IX_PENDING, &k, (uint64_t)i + 1, 5);
         chime__index_unlock(ix, &k);
@@ -348,7 +328,7 @@ static void a_rebuild_reaches_the_same_state_in_any_order(void)
             chime__index_set_memory_max(ix, 4096); /* rebuild_done moves them into files */
         static struct chime__rebuild_op ops[KEYS * 8 * 2];
         for (int i = 0; i < 2 * n; i++) { /* the events, shuffled, for each table in turn */
-            key_of(ix, ev[i % n].key, &ops[i].k);
+            index_key_of(ix, ev[i % n].key, &ops[i].k);
             ops[i].version = ev[i % n].version;
             ops[i].due = i < n ? 7 : 0;
             ops[i].table = i < n ? CHIME__IX_PENDING : CHIME__IX_DEAD;
@@ -366,7 +346,7 @@ static void a_rebuild_reaches_the_same_state_in_any_order(void)
             for (int k = 0; k < KEYS; k++) {
                 struct chime__ikey key;
                 uint64_t v, due;
-                key_of(ix, k, &key);
+                index_key_of(ix, k, &key);
                 int found = chime__index_get(ix, (enum chime__index_table)t, &key, &v, &due);
                 CHECK(found == (expect[k] != 0) && (!found || (v == expect[k] && due == (t ? 0 : 7))),
                       "trial %d table %d key %d: found %d (%llu), want %llu", trial, t, k, found,
@@ -397,7 +377,7 @@ static void a_spilled_rebuild_reports_its_spills_io_errors(void)
         int err = 0;
         for (int i = 0; i < KEYS && !err; i++) {
             struct chime__rebuild_op op = { .version = (uint64_t)i + 1, .due = 3 };
-            key_of(ix, i, &op.k);
+            index_key_of(ix, i, &op.k);
             err = chime__index_rebuild(ix, &op, 1);
         }
         CHECK_EQ(err, which ? 0 : -EIO); /* blocks are written while records come in */
@@ -449,25 +429,6 @@ static void *store_worker(void *arg)
     return NULL;
 }
 
-static _Atomic int fired_any;
-
-static int64_t fire_never(void *ctx, const struct chime_fire *fire)
-{
-    (void)ctx;
-    (void)fire;
-    atomic_store(&fired_any, 1); /* every timer here is due a day ahead */
-    return 0;
-}
-
-static chime_store *open_far(const char *path)
-{
-    struct chime_store_config cfg = { .path = path, .sync = CHIME_SYNC_INTERVAL };
-    chime_store *s = NULL;
-    int err = chime_store_open(&s, &cfg, fire_never, NULL);
-    CHECK(err == 0, "open: %s", chime_strerror(err));
-    return s;
-}
-
 static void a_store_whose_index_is_in_files_stays_exact_across_threads_and_a_reopen(void)
 {
     char *path = tmpdir_make("index-store");
@@ -503,7 +464,7 @@ static void a_store_whose_index_is_in_files_stays_exact_across_threads_and_a_reo
     chime_store_stats(s, &st);
     CHECK_EQ(st.pending, 0);
     CHECK_EQ(chime_store_close(s), 0);
-    CHECK(!atomic_load(&fired_any), "a timer a day ahead fired");
+    CHECK(!atomic_load(&far_fired), "a timer a day ahead fired");
     chime__index_set_defaults(0, 0, 0);
     tmpdir_remove(path);
     free(path);
@@ -515,11 +476,7 @@ static int fail_index_reads(void *ctx, enum chime__io_op op, const char *name, i
     (void)name;
     if (op != CHIME_IO_READ || fd < 0 || !atomic_load((_Atomic int *)ctx))
         return 0;
-    char link[64], target[512];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, target, sizeof target - 1);
-    target[n > 0 ? n : 0] = 0;
-    return strstr(target, "(deleted)") && strstr(target, "/#") ? -EIO : 0;
+    return is_index_file(fd) ? -EIO : 0;
 }
 
 static void an_index_read_error_fails_the_store_with_eio_for_good(void)
@@ -574,10 +531,5 @@ static const struct tap_test tests[] = {
 
 int main(void)
 {
-    int rc = tap_run(tests, (int)(sizeof tests / sizeof tests[0]));
-    if (dir) {
-        tmpdir_remove(dir);
-        free(dir);
-    }
-    return rc;
+    return index_tests_run(tests, (int)(sizeof tests / sizeof tests[0]), &dir);
 }

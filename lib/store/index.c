@@ -207,6 +207,12 @@ int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
     return chime__index_reserve_table(ix, &ix->stripes[k->stripe].t[t]);
 }
 
+int chime__index_room(struct chime__index *ix, enum chime__index_table t,
+                      const struct chime__ikey *k)
+{
+    return chime__itable_room(&ix->stripes[k->stripe].t[t], 1);
+}
+
 /* ---- operations ---- */
 
 /* Ask for a flush (chime__index_flush_wanted) once tb's batch is half full. */
@@ -356,39 +362,25 @@ static int end_at(struct chime__index *ix, enum chime__index_table t, table_t *t
 }
 
 /* Delete the entry s found at `hole` (see chime__index_del). In memory: backward-shift deletion over
- * the probe run after it (up to its first empty slot): later members of the run move into the hole,
- * so that every entry stays reachable from its home slot without passing an empty one. In a file:
- * end_at, which reads nothing (DELETION). */
+ * the probe run after it (up to its first empty slot), in place: later members of the run move into
+ * the hole, so that every entry stays reachable from its home slot without passing an empty one.
+ * It allocates nothing and cannot fail (the journal deletes after its record is in the log). In a
+ * file: end_at, which reads nothing (DELETION). */
 static int del_at(struct chime__index *ix, enum chime__index_table t, table_t *tb, uint64_t hole,
                   slot_t s)
 {
     if (tb->tags)
         return end_at(ix, t, tb, hole, s);
-    uint64_t mask = tb->cap - 1, len = 1 + chime__itable_run_after(tb, hole);
-    slot_t stack[32], *run = len <= 32 ? stack : malloc(len * sizeof *run);
-    if (!run)
-        return -ENOMEM;
-    run[0] = s;
-    int err = len > 1 ? chime__itable_read(tb, (hole + 1) & mask, len - 1, run + 1) : 0;
-    if (!err) {
-        uint64_t h = 0; /* the hole, relative to the slot deleted */
-        for (uint64_t i = 1; i < len; i++) {
-            uint64_t home = ((run[i].lo & mask) - hole) & mask; /* relative home */
-            /* run[i] may fill the hole if its home is not in (h, i]. */
-            if (!(home > h && home <= i)) {
-                run[h] = run[i];
-                h = i;
-            }
+    uint64_t mask = tb->cap - 1, h = hole;
+    for (uint64_t i = (hole + 1) & mask; tb->slots[i].version; i = (i + 1) & mask) {
+        /* slots[i] may fill the hole h if its home is not in (h, i], cyclically. */
+        uint64_t home = tb->slots[i].lo & mask;
+        if (((i - home) & mask) >= ((i - h) & mask)) {
+            tb->slots[h] = tb->slots[i];
+            h = i;
         }
-        run[h] = (slot_t){ 0, 0, 0, 0 };
-        /* Everything from the deleted slot to the last hole may have changed. */
-        err = chime__itable_write(tb, hole, h + 1, run);
     }
-    hint(ix, tb);
-    if (run != stack)
-        free(run);
-    if (err)
-        return err;
+    tb->slots[h] = (slot_t){ 0, 0, 0, 0 };
     if (!(s.version & ENDED))
         atomic_fetch_sub_explicit(&ix->live[t], 1, memory_order_relaxed);
     else

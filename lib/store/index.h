@@ -58,6 +58,11 @@ int chime__index_get(struct chime__index *ix, enum chime__index_table t, const s
  * does not grow it. Return: 0; -ENOMEM, -ENOSPC or an I/O error if the table had to grow. */
 int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
                          const struct chime__ikey *k);
+/* Room in table t of k's stripe for one more pending write (a file table's batch written out now if
+ * it is full), so that a deletion or an overwrite there does no I/O: what a cancel or an
+ * acknowledgement calls before it appends its record. Return: 0 or an error writing the batch. */
+int chime__index_room(struct chime__index *ix, enum chime__index_table t,
+                      const struct chime__ikey *k);
 /* Insert or overwrite. Return: 0; as chime__index_reserve, or an error writing a table's file. */
 int chime__index_set(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
                      uint64_t version, uint64_t due);
@@ -109,7 +114,8 @@ int chime__index_presize(struct chime__index *ix, uint64_t n);
 int chime__index_rebuild(struct chime__index *ix, const struct chime__rebuild_op *ops, size_t n);
 /* Build the tables from the spill if there is one, then drop what ended (unless it is under a
  * quarter of a table: an ended entry reads as absent, and a later put of its key takes its slot),
- * and move the large tables into their files. Return: 0 or an error as chime__index_rebuild. */
+ * size down a table at most an eighth full (presize was told of more keys than there are), and move
+ * the large tables into their files. Return: 0 or an error as chime__index_rebuild. */
 int chime__index_rebuild_done(struct chime__index *ix);
 
 /* Live entries in table t (exact when no call runs). Any thread. */

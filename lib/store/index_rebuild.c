@@ -144,12 +144,16 @@ static int unspill_some(void *ctx, const void *recs, size_t n)
 /* The end of a table's rebuild: drop what ended, or move it into its file if it belongs there. */
 static int finish(struct chime__index *ix, table_t *tb)
 {
-    if (tb->ended > tb->used / 4) { /* drop what ended, size the table for what is left */
-        uint64_t cap = MIN_SLOTS;
-        while ((tb->used - tb->ended + 1) * 2 > cap)
-            cap *= 2;
+    uint64_t cap = MIN_SLOTS;
+    while ((tb->used - tb->ended + 1) * 2 > cap)
+        cap *= 2;
+    /* Drop what ended, size the table for what is left; or size down a table presized for many
+     * more keys than it holds (presize counts a key per 144 bytes of journal: payloads and garbage
+     * not merged away yet make that far more than there are), which would otherwise stay that size,
+     * in a file, for good. At most an eighth full: a table sized by presize for what it holds is
+     * 3/8 to 3/4 full. */
+    if (tb->ended > tb->used / 4 || (tb->cap && cap * 4 <= tb->cap))
         return chime__index_resize(ix, tb, cap, 0);
-    }
     if (tb->slots && chime__index_in_file(ix, tb->cap))
         return chime__itable_to_file(tb, ix->dir, ix->batch);
     return 0;

@@ -402,12 +402,3 @@ int chime__itable_maybe(const struct chime__itable *t, const struct chime__hash 
     uint64_t pos;
     return tag_matches(t, h, &pos) != 0;
 }
-
-uint64_t chime__itable_run_after(const struct chime__itable *t, uint64_t pos)
-{
-    uint64_t mask = t->cap - 1, n = 0;
-    for (uint64_t i = (pos + 1) & mask; n + 1 < t->cap; i = (i + 1) & mask, n++)
-        if (t->tags ? t->tags[i] == 0 : t->slots[i].version == 0)
-            break;
-    return n;
-}

@@ -74,8 +74,5 @@ int chime__itable_sole(const struct chime__itable *t, const struct chime__hash *
 /* Whether a slot of h's probe run has h's tag, h's own slot included (tests: a "maybe"). 0 for a
  * table in memory. */
 int chime__itable_maybe(const struct chime__itable *t, const struct chime__hash *h);
-/* The probe run after pos: slots pos + 1 .. up to the first empty one, exclusive (file tables: from
- * the tags, no read; memory: from the slots). */
-uint64_t chime__itable_run_after(const struct chime__itable *t, uint64_t pos);
 
 #endif /* CHIME_STORE_INDEX_TABLE_H */

@@ -136,6 +136,8 @@ static int j_cancel(struct chime__backend *j, const void *key, size_t key_len, u
     struct chime__islot at = { 0, 0, 0, 0, 0 };
     uint64_t lsn = 0;
     err = chime__journal_error(j);
+    if (!err) /* room for the deletion's write: once the record is in the log, nothing may fail */
+        err = index_failed(j, chime__index_room(j->ix, CHIME__IX_PENDING, &k));
     if (!err) /* one probe: the slot found is the one deleted after the append */
         err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &at));
     uint64_t v = at.version, due = at.due;
@@ -188,6 +190,8 @@ static int j_ack(struct chime__backend *j, const struct chime__timer *t, int cur
     chime__index_lock(j->ix, &k);
     uint64_t lsn;
     int err = chime__journal_error(j);
+    if (!err) /* room for the deletion's write: once the record is in the log, nothing may fail */
+        err = index_failed(j, chime__index_room(j->ix, CHIME__IX_PENDING, &k));
     /* One process at a time holds the journal, so when the logic says t->ref is still current it
      * is the key's live entry, and the index may find its slot without reading it (index.h). */
     if (!err && current)
@@ -213,26 +217,30 @@ static int j_bury(struct chime__backend *j, const struct chime__timer *t)
     struct chime__ikey k;
     chime__index_key(j->ix, t->key, t->key_len, &k);
     chime__index_lock(j->ix, &k);
-    uint64_t v = 0, due = 0, dead = 0, unused, lsn;
+    struct chime__islot pend, dead;
+    uint64_t lsn;
     int err = chime__journal_error(j);
-    int found = err ? 0 : lookup(j, CHIME__IX_PENDING, &k, &v, &due), had = 0;
-    if (found < 0)
-        err = found;
-    if (found > 0 && v == t->ref.version) {
-        v = t->ref.version;
-        had = lookup(j, CHIME__IX_DEAD, &k, &dead, &unused);
-        err = had < 0 ? had : index_failed(j, chime__index_reserve(j->ix, CHIME__IX_DEAD, &k));
+    /* Every read, growth and batch write first: once the record is in the log, nothing may fail. */
+    if (!err)
+        err = index_failed(j, chime__index_room(j->ix, CHIME__IX_PENDING, &k));
+    if (!err)
+        err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &pend));
+    if (!err && pend.found && pend.version == t->ref.version) {
+        err = index_failed(j, chime__index_reserve(j->ix, CHIME__IX_DEAD, &k));
+        if (!err)
+            err = index_failed(j, chime__index_find(j->ix, CHIME__IX_DEAD, &k, &dead));
         struct chime__rec r = { .type = CHIME__DEAD, .key_len = (uint16_t)t->key_len,
                                 .key = t->key, .payload_len = (uint32_t)t->payload_len,
                                 .payload = t->payload, .due = t->due_ns, .attempt = t->attempt,
-                                .kill_version = v, .kill_due = due,
-                                .kill_dead = had > 0 ? dead : 0 };
+                                .kill_version = pend.version, .kill_due = pend.due,
+                                .kill_dead = !err && dead.found ? dead.version : 0 };
         if (!err)
             err = chime__wal_append(j->wal, &r, 1, &lsn);
         if (!err)
-            err = index_failed(j, chime__index_del(j->ix, CHIME__IX_PENDING, &k));
+            err = index_failed(j, chime__index_del_at(j->ix, CHIME__IX_PENDING, &k, &pend));
         if (!err)
-            err = index_failed(j, chime__index_set(j->ix, CHIME__IX_DEAD, &k, r.version, 0));
+            err = index_failed(j, chime__index_write(j->ix, CHIME__IX_DEAD, &k, &dead, r.version,
+                                                     0));
     }
     chime__index_unlock(j->ix, &k);
     return err; /* D3: not waited for */
@@ -357,12 +365,19 @@ static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_
     int found = 0;
     if (!err)
         err = chime__journal_error(j);
-    if (!err)
-        err = found = lookup(j, CHIME__IX_PENDING, &k, &old, &old_due);
-    if (err > 0)
-        err = 0;
+    /* Every read, growth and batch write first: once the record is in the log, nothing may fail. */
+    struct chime__islot pat = { 0, 0, 0, 0, 0 }, dat = { 0, 0, 0, 0, 0 };
     if (!err)
         err = index_failed(j, chime__index_reserve(j->ix, CHIME__IX_PENDING, &k));
+    if (!err)
+        err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &pat));
+    found = pat.found;
+    old = pat.version;
+    old_due = pat.due;
+    if (!err)
+        err = index_failed(j, chime__index_room(j->ix, CHIME__IX_DEAD, &k));
+    if (!err)
+        err = index_failed(j, chime__index_find(j->ix, CHIME__IX_DEAD, &k, &dat));
     struct chime__rec r = { .type = CHIME__PUT, .key_len = (uint16_t)key_len, .key = key,
                             .payload_len = (uint32_t)h.payload_len, .payload = h.payload,
                             .due = due_ns, .kill_version = found ? old : 0,
@@ -370,9 +385,10 @@ static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_
     if (!err)
         err = chime__wal_append(j->wal, &r, 1, &lsn);
     if (!err)
-        err = index_failed(j, chime__index_set(j->ix, CHIME__IX_PENDING, &k, r.version, due_ns));
+        err = index_failed(j, chime__index_write(j->ix, CHIME__IX_PENDING, &k, &pat, r.version,
+                                                 due_ns));
     if (!err)
-        err = index_failed(j, chime__index_del(j->ix, CHIME__IX_DEAD, &k));
+        err = index_failed(j, chime__index_del_at(j->ix, CHIME__IX_DEAD, &k, &dat));
     chime__index_unlock(j->ix, &k);
     if (!err) {
         *res = (struct chime__put_result){ .ref = { r.version, 0 },
@@ -393,17 +409,22 @@ static int j_dead_drop(struct chime__backend *j, const void *key, size_t key_len
     struct chime__ikey k;
     chime__index_key(j->ix, key, key_len, &k);
     chime__index_lock(j->ix, &k);
-    uint64_t v = 0, unused, lsn = 0;
+    struct chime__islot at = { 0, 0, 0, 0, 0 };
+    uint64_t lsn = 0;
     int err = chime__journal_error(j);
+    /* The read and the batch's room first: once the record is in the log, nothing may fail. */
     if (!err)
-        err = lookup(j, CHIME__IX_DEAD, &k, &v, &unused);
-    err = err == 0 ? -ENOENT : err < 0 ? err : 0;
+        err = index_failed(j, chime__index_room(j->ix, CHIME__IX_DEAD, &k));
+    if (!err)
+        err = index_failed(j, chime__index_find(j->ix, CHIME__IX_DEAD, &k, &at));
+    if (!err && !at.found)
+        err = -ENOENT;
     struct chime__rec r = { .type = CHIME__KILL, .flags = CHIME__KILL_DEAD,
-                            .key_len = (uint16_t)key_len, .key = key, .version = v };
+                            .key_len = (uint16_t)key_len, .key = key, .version = at.version };
     if (!err)
         err = chime__wal_append(j->wal, &r, 1, &lsn);
     if (!err)
-        err = index_failed(j, chime__index_del(j->ix, CHIME__IX_DEAD, &k));
+        err = index_failed(j, chime__index_del_at(j->ix, CHIME__IX_DEAD, &k, &at));
     chime__index_unlock(j->ix, &k);
     *ticket = lsn;
     return err;

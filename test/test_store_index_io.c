@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Nothing the key index does after a record is in the log may fail (lib/store/journal.c): every
+ * read, growth and batch write of an operation comes before its append, so an error means the
+ * change was not made, and a reopen agrees. Found in review: a cancel whose table's batch of
+ * pending writes was full wrote the batch out after its KILL was appended, and when that write
+ * failed it returned -EIO for a cancel the reopen found done. The put path was already built so.
+ */
+#include "index_util.h"
+
+#include <pthread.h>
+
+#include "store/io.h"
+
+#define diag(...) (printf("# "), printf(__VA_ARGS__), printf("\n"), fflush(stdout))
+
+/* Fail writes to the index's files made by the test's own thread (the flusher's go through). */
+static pthread_t main_thread;
+static _Atomic int fail_armed;
+
+static int fail_my_index_writes(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    (void)ctx;
+    (void)name;
+    if (op != CHIME_IO_WRITE || fd < 0 || !atomic_load(&fail_armed) ||
+        !pthread_equal(pthread_self(), main_thread))
+        return 0;
+    return is_index_file(fd) ? -EIO : 0;
+}
+
+/*
+ * Every table in a file with a batch of one pending write: after another key's replacement fills
+ * it, a cancel's deletion needs the batch written out. Done after the KILL is appended, a failed
+ * write returned -EIO for a cancel the log held; done first, the cancel fails and did nothing.
+ */
+static void a_cancel_that_returns_an_error_is_not_done_after_a_reopen(void)
+{
+    char *path = tmpdir_make_fast("index-io-cancel");
+    chime__index_set_defaults(1024, 1, 0); /* every table in a file, a batch of one write */
+    main_thread = pthread_self();
+    chime_store *s = open_far(path);
+    uint64_t due = wall_ns() + 24 * 3600 * SEC;
+    char key[32];
+    enum { KEYS = 2000 };
+    for (int i = 0; i < KEYS; i++) {
+        int n = snprintf(key, sizeof key, "c%d", i);
+        CHECK_EQ(chime_store_put(s, key, (size_t)n, "p", 1, due), 0);
+    }
+    chime__io_set_fault(fail_my_index_writes, NULL);
+    /* Replace 64 keys (their tables' batches of one now hold those writes), then cancel another key
+     * at once: unless the flusher wrote its table's batch out in between, the cancel must. */
+    int failed_key = -1, err = 0;
+    for (int a = 0; a + 65 <= KEYS && failed_key < 0; a += 65) {
+        for (int b = a + 1; b < a + 65; b++) {
+            int n = snprintf(key, sizeof key, "c%d", b);
+            CHECK_EQ(chime_store_put(s, key, (size_t)n, "q", 1, due + 1), 0);
+        }
+        atomic_store(&fail_armed, 1);
+        int n = snprintf(key, sizeof key, "c%d", a);
+        err = chime_store_cancel(s, key, (size_t)n);
+        atomic_store(&fail_armed, 0);
+        if (err == -EIO)
+            failed_key = a;
+        else
+            CHECK_EQ(err, 0);
+    }
+    chime__io_set_fault(NULL, NULL);
+    CHECK(failed_key >= 0, "no cancel met a full batch");
+    diag("the cancel of c%d returned -EIO", failed_key);
+    chime_store_close(s);
+    chime__index_set_defaults(0, 0, 0);
+    s = open_far(path);
+    int n = snprintf(key, sizeof key, "c%d", failed_key);
+    err = chime_store_cancel(s, key, (size_t)n);
+    diag("after the reopen, cancelling c%d again returns %d", failed_key, err);
+    CHECK_EQ(chime_store_close(s), 0);
+    CHECK(err == 0, "a cancel that returned -EIO was done after the reopen (%d)", err);
+    tmpdir_remove(path);
+    free(path);
+}
+
+static const struct tap_test tests[] = {
+    { "a_cancel_that_returns_an_error_is_not_done_after_a_reopen",
+      a_cancel_that_returns_an_error_is_not_done_after_a_reopen },
+};
+
+int main(void)
+{
+    return tap_run(tests, (int)(sizeof tests / sizeof tests[0]));
+}
