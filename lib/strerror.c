@@ -10,7 +10,7 @@ CHIME_API const char *chime_strerror(int err)
     case 0: return "success";
     case -EINVAL: return "invalid argument";
     case -ENOMEM: return "out of memory";
-    case -ENOENT: return "no such pending timer (or dead letter)";
+    case -ENOENT: return "no such pending timer or dead letter (open: no such directory or schema)";
     case -EAGAIN: return "too many pending timers";
     case -ESHUTDOWN: return "timer is stopped";
     case -EDEADLK: return "would deadlock: called from a callback";
@@ -25,6 +25,16 @@ CHIME_API const char *chime_strerror(int err)
     case -EPROTO: return "the journal's files (or the database's schema) are another format version";
     case -EACCES: return "permission denied";
     case -ENOTDIR: return "not a directory";
+    /* the other errors chime_store_open documents (the file system's, PostgreSQL's) */
+    case -ECONNREFUSED: return "the database cannot be reached";
+    case -ENOTSUP: return "this build has no PostgreSQL support (libpq)";
+    case -EROFS: return "read-only file system";
+    case -ENAMETOOLONG: return "file name too long";
+    case -ELOOP: return "too many levels of symbolic links";
+    case -EMFILE: return "too many open files";
+    case -ENFILE: return "too many open files in the system";
+    case -EPERM: return "operation not permitted";
+    case -EDQUOT: return "disk quota exceeded";
     default: return "unknown error";
     }
 }

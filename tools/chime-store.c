@@ -65,8 +65,9 @@ struct segments {
     size_t n, cap;
 };
 
-/* Every whole record of the segments, flattened and sorted; reading stops at the first that is not
- * whole (the torn tail open would cut; verify tells where). */
+/* Every whole record of the segments, flattened and sorted; each segment is read up to its first
+ * record that is not whole (its unused space, or the torn tail open would cut; verify tells where),
+ * then the next one. */
 static int read_segments(int dir, const struct chime__journal_files *f, struct segments *s)
 {
     memset(s, 0, sizeof *s);
@@ -80,8 +81,14 @@ static int read_segments(int dir, const struct chime__journal_files *f, struct s
         uint64_t size;
         struct chime__file_header h;
         int err = chime__file_open(dir, name, &fd, &size, &h);
-        if (err == -EBADMSG)
-            break; /* a segment whose creation a crash cut: nothing after it */
+        if (err == -EBADMSG) {
+            /* A segment whose creation a crash cut: nothing after it. Unless HEAD names it or
+             * something was written after its header: damage, which open refuses (replay.c). */
+            int written = f->segs[i] <= f->head ? 1 : chime__reader_written(dir, name);
+            if (written)
+                return written < 0 ? written : -EBADMSG;
+            break;
+        }
         if (err)
             return err;
         unsigned char *buf = malloc(size);
@@ -96,7 +103,8 @@ static int read_segments(int dir, const struct chime__journal_files *f, struct s
             struct chime__rec r;
             uint32_t len = 0;
             if (chime__rec_decode(buf + off, (uint64_t)got - off, &r, &len) != CHIME__REC_WHOLE)
-                return 0; /* the end, or a torn tail */
+                break; /* this segment's end (its unused space), or a torn tail: on to the next
+                          segment, which a torn tail leaves unwritten */
             if (r.type == CHIME__MARK) { /* a group commit's end: no timer */
                 off += len;
                 continue;
@@ -251,7 +259,7 @@ static int cmd_read(int dir, int dead, int count_only)
 }
 
 /* verify: one line per file, then a verdict. Return: 0 the journal opens; 1 it is damaged. */
-static int cmd_verify(int dir)
+static int verify_once(int dir, FILE *out)
 {
     struct chime__journal_files f;
     int err = list_files(dir, &f);
@@ -263,16 +271,19 @@ static int cmd_verify(int dir)
     uint64_t total = 0, records = 0, end = UINT64_MAX; /* the last segment's end, if it was read */
     int damaged = 0, torn = 0, other_version = 0;
     if (f.chain == CHIME__CHAIN_GAP) {
-        printf("MISSING: segments %" PRIu64 " to %" PRIu64 " are in no file (a run or segment was "
-               "lost, and its records with it)\n", f.missing.lo, f.missing.hi);
+        fprintf(out,
+                "MISSING: segments %" PRIu64 " to %" PRIu64 " are in no file (a run or segment was "
+                "lost, and its records with it)\n", f.missing.lo, f.missing.hi);
         damaged = 1;
     } else if (f.chain == CHIME__CHAIN_HEADLESS) {
-        printf("MISSING: HEAD, which names the newest segment, is lost or holds no whole slot (the "
-               "loss of the newest files could not be told)\n");
+        fprintf(out,
+                "MISSING: HEAD, which names the newest segment, is lost or holds no whole slot "
+                "(the loss of the newest files could not be told)\n");
         damaged = 1;
     } else if (f.chain == CHIME__CHAIN_OVERLAP) {
-        printf("OVERLAP: the runs from segments %" PRIu64 " and %" PRIu64 " overlap and neither "
-               "contains the other (no crash leaves that)\n", f.missing.lo, f.missing.hi);
+        fprintf(out,
+                "OVERLAP: the runs from segments %" PRIu64 " and %" PRIu64 " overlap and neither "
+                "contains the other (no crash leaves that)\n", f.missing.lo, f.missing.hi);
         damaged = 1;
     }
     for (size_t i = 0; i < f.nruns; i++) {
@@ -281,17 +292,19 @@ static int cmd_verify(int dir)
         uint64_t bad;
         chime__run_name(name, f.runs[i].lo, f.runs[i].hi);
         err = chime__run_open(dir, name, &r, &bad, NULL, NULL);
+        if (err == -ENOENT)
+            goto vanished;
         if (err == -EPROTO) {
-            printf("%s: %s\n", name, chime_strerror(err));
+            fprintf(out, "%s: %s\n", name, chime_strerror(err));
             other_version = 1;
             continue;
         }
         if (err) {
-            printf("%s: DAMAGED at offset %" PRIu64 ": %s\n", name, bad, chime_strerror(err));
+            fprintf(out, "%s: DAMAGED at offset %" PRIu64 ": %s\n", name, bad, chime_strerror(err));
             damaged = 1;
             continue;
         }
-        printf("%s: %" PRIu64 " bytes, %" PRIu64 " records, ok\n", name, r->size, r->records);
+        fprintf(out, "%s: %" PRIu64 " bytes, %" PRIu64 " records, ok\n", name, r->size, r->records);
         total += r->size;
         records += r->records;
         chime__run_unref(r);
@@ -304,8 +317,10 @@ static int cmd_verify(int dir)
         end = UINT64_MAX; /* unless this one is read to its end below */
         struct chime__file_header h;
         err = chime__file_open(dir, name, &fd, &size, &h);
+        if (err == -ENOENT)
+            goto vanished;
         if (err == -EPROTO) {
-            printf("%s: %s\n", name, chime_strerror(err));
+            fprintf(out, "%s: %s\n", name, chime_strerror(err));
             other_version = 1;
             continue;
         }
@@ -316,21 +331,30 @@ static int cmd_verify(int dir)
         if (err == -EBADMSG) {
             /* A creation a crash cut if nothing was written after the header (replay.c, step 3) */
             int written = chime__reader_written(dir, name);
+            if (written == -ENOENT)
+                goto vanished;
             if (written < 0) {
-                printf("%s: %s\n", name, chime_strerror(written));
+                fprintf(out, "%s: %s\n", name, chime_strerror(written));
                 damaged = 1;
             } else if (written == 1) {
-                printf("%s: DAMAGED: its header is not whole, or names another file, and records "
-                       "follow it (a header is synced before any record goes in)\n", name);
+                fprintf(out,
+                        "%s: DAMAGED: its header is not whole, or names another file, and records "
+                        "follow it (a header is synced before any record goes in)\n", name);
+                damaged = 1;
+            } else if (f.segs[i] <= f.head) {
+                fprintf(out,
+                        "%s: DAMAGED: its header is not whole, or names another file, and HEAD "
+                        "names it (HEAD names a segment only once its header is synced)\n", name);
                 damaged = 1;
             } else {
-                printf("%s: header not whole, nothing after it (a creation a crash cut)\n", name);
+                fprintf(out,
+                        "%s: header not whole, nothing after it (a creation a crash cut)\n", name);
                 torn = 1;
             }
             continue;
         }
         if (err) {
-            printf("%s: %s\n", name, chime_strerror(err));
+            fprintf(out, "%s: %s\n", name, chime_strerror(err));
             damaged = 1;
             continue;
         }
@@ -344,28 +368,31 @@ static int cmd_verify(int dir)
         uint64_t at = 0, start = 0;
         int marked = got == -EBADMSG ? chime__reader_mark_after(&rd, rd.off, &at, &start) : 0;
         if (got < 0 && got != -EBADMSG)
-            printf("%s: %s\n", name, chime_strerror(got));
+            fprintf(out, "%s: %s\n", name, chime_strerror(got));
         else if (got == -EBADMSG)
-            printf("%s: %" PRIu64 " bytes, %" PRIu64 " records in %" PRIu64 " group commits, then "
-                   "not a whole record at offset %" PRIu64 "\n", name, size, n, rd.marks, rd.off);
+            fprintf(out,
+                    "%s: %" PRIu64 " bytes, %" PRIu64 " records in %" PRIu64 " group commits, then "
+                    "not a whole record at offset %" PRIu64 "\n", name, size, n, rd.marks, rd.off);
         else
-            printf("%s: %" PRIu64 " bytes, %" PRIu64 " records in %" PRIu64 " group commits, ok\n",
-                   name, size, n, rd.marks);
+            fprintf(out,
+                    "%s: %" PRIu64 " bytes, %" PRIu64 " records in %" PRIu64 " group commits, ok\n",
+                    name, size, n, rd.marks);
         /* Its MARKs name where the segment before it ended (replay.c, step 3). */
         if (rd.prev_end && i > 0 && f.segs[i - 1] + 1 == f.segs[i] && prev_valid != UINT64_MAX &&
             prev_valid != rd.prev_end) {
-            printf("%s: DAMAGED: its group commits say the segment before it ended at offset "
+            fprintf(out, "%s: DAMAGED: its group commits say the segment before it ended at offset "
                    "%" PRIu64 ", where its records end at %" PRIu64 " (a lost write)\n", name,
                    rd.prev_end, prev_valid);
             damaged = 1;
         }
         end = rd.off;
         if (marked < 0)
-            printf("%s: %s\n", name, chime_strerror(marked));
+            fprintf(out, "%s: %s\n", name, chime_strerror(marked));
         else if (marked)
-            printf("%s: DAMAGED at offset %" PRIu64 ": the group commit marked at offset %" PRIu64
-                   " began at %" PRIu64 ", after it, so it had been synced\n", name, rd.off, at,
-                   start);
+            fprintf(out,
+                    "%s: DAMAGED at offset %" PRIu64 ": the group commit marked at offset %" PRIu64
+                    " began at %" PRIu64 ", after it, so it had been synced\n", name, rd.off, at,
+                    start);
         if (got == -EBADMSG) {
             /* A torn tail if no later segment was written to and no later group commit marked in
              * this one (format.md); else damage. */
@@ -380,20 +407,53 @@ static int cmd_verify(int dir)
         chime__reader_free(&rd);
         chime__io_close(fd);
     }
-    printf("total: %zu runs, %zu segments, %" PRIu64 " bytes, %" PRIu64 " records\n", f.nruns,
+    fprintf(out, "total: %zu runs, %zu segments, %" PRIu64 " bytes, %" PRIu64 " records\n", f.nruns,
            f.nsegs, total, records);
     if (other_version)
-        printf("ANOTHER FORMAT VERSION: open refuses this journal (-EPROTO); this build reads "
-               "version %d\n", CHIME__FORMAT_VERSION);
+        fprintf(out,
+                "ANOTHER FORMAT VERSION: open refuses this journal (-EPROTO); this build reads "
+                "version %d\n", CHIME__FORMAT_VERSION);
     else if (damaged)
-        printf("DAMAGED: open refuses this journal (-EBADMSG); the first damage is named above\n");
+        fprintf(out,
+                "DAMAGED: open refuses this journal (-EBADMSG); the first damage is named above\n");
     else if (torn)
-        printf("ok, with a torn tail: open cuts it at the last whole record (a crash cut a write "
-               "that was never reported durable)\n");
+        fprintf(out,
+                "ok, with a torn tail: open cuts it at the last whole record (a crash cut a write "
+                "that was never reported durable)\n");
     else
-        printf("ok\n");
+        fprintf(out, "ok\n");
     chime__journal_files_free(&f);
     return damaged || other_version;
+vanished: /* a running service compacted a listed file away: the listing is stale */
+    chime__journal_files_free(&f);
+    return -ENOENT;
+}
+
+/* verify, read again (as list is) when a running service removed a file meanwhile; only the last
+ * reading is printed. */
+static int cmd_verify(int dir)
+{
+    int rc = -ENOENT;
+    for (int tries = 0; rc == -ENOENT && tries < 5; tries++) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *out = open_memstream(&text, &len);
+        if (!out) {
+            fprintf(stderr, "chime-store: out of memory\n");
+            return 1;
+        }
+        rc = verify_once(dir, out);
+        fclose(out);
+        if (rc != -ENOENT)
+            fwrite(text, 1, len, stdout);
+        free(text);
+    }
+    if (rc == -ENOENT) {
+        fprintf(stderr, "chime-store: the journal kept changing while it was read (a running "
+                        "service); try again\n");
+        return 1;
+    }
+    return rc;
 }
 
 struct command {
@@ -445,7 +505,7 @@ int main(int argc, char **argv)
             continue;
         int dir = chime__io_open_dir(argv[2]);
         if (dir < 0) {
-            fprintf(stderr, "chime-store: %s: %s\n", argv[2], chime_strerror(dir));
+            fprintf(stderr, "chime-store: %s: %s\n", argv[2], strerror(-dir)); /* the system's */
             return 1;
         }
         int rc = commands[i].run(dir);

@@ -114,8 +114,8 @@ static int written_to(int dir, uint64_t number)
  * whole record and *torn whether something else than zeros up to the file's end followed it. If so,
  * -EBADMSG if a later batch's MARK shows that it was damage (format.md, "The reader's rules").
  * *prev_end receives where its MARKs say the segment before it ended (0: they do not say). */
-static int scan_segment(int dir, uint64_t number, struct rebuild *rb, uint64_t *valid, int *torn,
-                        uint64_t *prev_end)
+static int scan_segment(int dir, uint64_t number, uint64_t head, struct rebuild *rb,
+                        uint64_t *valid, int *torn, uint64_t *prev_end)
 {
     char name[CHIME__NAME_MAX];
     chime__wal_name(name, number);
@@ -133,7 +133,11 @@ static int scan_segment(int dir, uint64_t number, struct rebuild *rb, uint64_t *
          * if nothing was written after it. A header is synced before any record goes in and never
          * rewritten, so records after a bad one are damage: taken for a cut creation, a flipped bit
          * deleted every acknowledged record of the newest segment and the open succeeded (found
-         * in review). */
+         * in review). Nor can a crash leave it in a segment the head names: the head is set to a
+         * segment only once its header and directory entry are synced (head.h, wal.c,
+         * wal_writer.c), so such a segment cut to nothing is a lost file, as a deleted one is. */
+        if (number <= head)
+            return -EBADMSG;
         int written = written_to(dir, number);
         return written == 1 ? -EBADMSG : written;
     }
@@ -232,7 +236,7 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
     for (size_t i = 0; !err && i < l.nsegs; i++) {
         int torn;
         uint64_t prev_end;
-        err = scan_segment(j->dir, l.segs[i], &rb, &valid[i], &torn, &prev_end);
+        err = scan_segment(j->dir, l.segs[i], l.head, &rb, &valid[i], &torn, &prev_end);
         /* Its MARKs name where the segment before it ended: a lost write of that one's last batch
          * read as its unused space (zeros to its end), and only this tells (format.md). */
         if (!err && prev_end && i > 0 && l.segs[i - 1] + 1 == l.segs[i] && valid[i - 1] != prev_end)
