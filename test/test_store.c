@@ -99,53 +99,6 @@ static void cancel_returns_0_then_enoent_and_the_handler_never_runs(void)
     in_window(cancel_in);
 }
 
-/* A handler that blocks on a gate, so that a test can act while it runs. */
-struct gate {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int entered, open, concurrent, max_concurrent;
-};
-static struct gate gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0 };
-
-static int64_t gated(struct recorder *r, const struct chime_fire *f)
-{
-    (void)r;
-    (void)f;
-    pthread_mutex_lock(&gate.lock);
-    gate.entered++;
-    if (++gate.concurrent > gate.max_concurrent)
-        gate.max_concurrent = gate.concurrent;
-    pthread_cond_broadcast(&gate.cond);
-    while (!gate.open)
-        pthread_cond_wait(&gate.cond, &gate.lock);
-    gate.concurrent--;
-    pthread_mutex_unlock(&gate.lock);
-    return 0;
-}
-
-static void gate_reset(void)
-{
-    pthread_mutex_lock(&gate.lock);
-    gate.entered = gate.open = gate.concurrent = gate.max_concurrent = 0;
-    pthread_mutex_unlock(&gate.lock);
-}
-
-static void gate_wait_entered(int n)
-{
-    pthread_mutex_lock(&gate.lock);
-    while (gate.entered < n)
-        pthread_cond_wait(&gate.cond, &gate.lock);
-    pthread_mutex_unlock(&gate.lock);
-}
-
-static void gate_open(void)
-{
-    pthread_mutex_lock(&gate.lock);
-    gate.open = 1;
-    pthread_cond_broadcast(&gate.cond);
-    pthread_mutex_unlock(&gate.lock);
-}
-
 static void a_running_handler_cannot_be_cancelled_einprogress(void)
 {
     fresh();

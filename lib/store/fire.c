@@ -208,7 +208,9 @@ void chime__store_finish(struct chime_store *s, struct hot *e, int64_t rc)
             chime__store_place(s, st, e, res.owned); /* no newer put exists: it would have won */
         }
     } else {
-        if (s->ops->bury(s->b, &t) == 0)
+        /* A firing whose key was put again since is not buried (backend.h): the newer timer wins,
+         * as it does over an acknowledgement or a retry, and nothing went to the dead letters. */
+        if (s->ops->bury(s->b, &t) == 0 && !e->superseded)
             st->buried++;
     }
     if (!reused) {
