@@ -209,7 +209,8 @@ struct chime__backend_ops {
      * `current` is 1 when the logic knows the key's pending version is still t->ref: it recorded no
      * put, cancel or requeue of the key since it took t's firing. A backend that is this process's
      * alone (the journal) may then skip checking it; one shared by several processes must not.
-     * Return: 0; -ESTALE; -EIO, -ENOSPC.
+     * Return: 0; -ESTALE; -EIO, -ENOSPC; -ENOMEM (the journal's log could not take the record:
+     * nothing recorded; the logic then fails the store, since the timer stays pending on disk).
      */
     int (*ack)(struct chime__backend *b, const struct chime__timer *t, int current);
 

@@ -179,6 +179,21 @@ static void handler_ended(struct chime_store *s)
     pthread_mutex_unlock(&s->dlock);
 }
 
+/*
+ * An outcome the backend could not record (an error other than -ESTALE: -ENOMEM, or the sticky
+ * -EIO/-ENOSPC it has reported already): the timer is still pending on disk, with its firing
+ * recorded, but it is leaving the table, and no load reads a due time below `loaded` again. So the
+ * store fails, as when a recorded timer cannot be loaded (store.c): it starts no handler more,
+ * every call reports the error, and the restart fires the timer again with attempt + 1 (found in
+ * review: a retry, burial or acknowledgement refused with -ENOMEM left the timer on disk, unfired
+ * until a restart, with the store running on and reporting nothing).
+ */
+static void outcome_lost(struct chime_store *s, int err)
+{
+    if (err && err != -ESTALE)
+        chime__store_fail(s, err);
+}
+
 void chime__store_finish(struct chime_store *s, struct hot *e, int64_t rc)
 {
     struct hot_stripe *st = chime__store_stripe(s, e->hash);
@@ -189,15 +204,19 @@ void chime__store_finish(struct chime_store *s, struct hot *e, int64_t rc)
                               e->ref };
     int reused = 0;
     if (rc == 0) {
-        if (s->ops->ack(s->b, &t, !e->superseded) == 0)
+        int err = s->ops->ack(s->b, &t, !e->superseded);
+        if (err == 0)
             st->acked++;
+        outcome_lost(s, err);
     } else if (rc > 0 && e->attempt < s->cfg.max_attempts) {
         uint64_t now = s->wall(), due = now + (uint64_t)rc < now ? UINT64_MAX : now + (uint64_t)rc;
         struct chime__put put = { key, e->key_len, payload, e->payload_len, due, e->attempt,
                                   e->ref.version, e->ref.fence };
         struct chime__put_result res;
         uint64_t ticket; /* a retry, like an ack, is not waited for (D3) */
-        if (s->ops->put(s->b, &put, &res, &ticket) == 0) {
+        int err = s->ops->put(s->b, &put, &res, &ticket);
+        outcome_lost(s, err); /* -ESTALE: a newer put won, as it should */
+        if (err == 0) {
             st->retried++;
             e->ref = res.ref;
             e->due_ns = due;
@@ -210,8 +229,10 @@ void chime__store_finish(struct chime_store *s, struct hot *e, int64_t rc)
     } else {
         /* A firing whose key was put again since is not buried (backend.h): the newer timer wins,
          * as it does over an acknowledgement or a retry, and nothing went to the dead letters. */
-        if (s->ops->bury(s->b, &t) == 0 && !e->superseded)
+        int err = s->ops->bury(s->b, &t);
+        if (err == 0 && !e->superseded)
             st->buried++;
+        outcome_lost(s, err);
     }
     if (!reused) {
         release_successor(s, st, e);
@@ -258,8 +279,11 @@ static void run_handler(void *arg)
      * recorded (LEAD): then wait again for the rest. The timer stays RUNNING meanwhile. */
     if (s->wall() < e->due_ns) {
         /* acquire: pairs with close's release store; if close's sweep missed this, it is seen here */
-        int gone = atomic_load_explicit(&s->closing, memory_order_acquire) ||
-                   schedule_handler(s, e) != 0;
+        int closing = atomic_load_explicit(&s->closing, memory_order_acquire);
+        int refused = !closing && schedule_handler(s, e) != 0;
+        if (refused) /* out of memory: its firing is recorded, and no load reads it again */
+            chime__store_fail(s, -ENOMEM);
+        int gone = closing || refused;
         pthread_mutex_unlock(&st->lock);
         if (gone)
             chime__store_abandon(s, e);
@@ -360,7 +384,13 @@ int chime__store_reschedule_handler(struct chime_store *s, struct hot *e)
     if (chime_timer_cancel(s->rt, e->rid) != 0)
         return 0; /* its callback has just begun */
     e->rid = 0;
-    return (closing && !waited_for) || schedule_handler(s, e) != 0;
+    if (closing && !waited_for)
+        return 1;
+    if (schedule_handler(s, e) == 0)
+        return 0;
+    if (!closing) /* out of memory: abandoned, its firing recorded, and no load reads it again */
+        chime__store_fail(s, -ENOMEM);
+    return 1;
 }
 
 /* How many queued timers the rate limit lets start now; *wait_ns until the next token if none. */

@@ -158,8 +158,11 @@ void chime__store_install(struct chime_store *s, struct hot_stripe *st, uint64_t
         return; /* changed while the load ran: the change is what counts (keeper.c) */
     if (t->attempt >= s->cfg.max_attempts) {
         /* A restart found its last allowed firing unacknowledged: it goes to the dead letters. */
-        if (s->ops->bury(s->b, t) == 0)
+        int err = s->ops->bury(s->b, t);
+        if (err == 0)
             st->buried++;
+        else if (err != -ESTALE) /* still pending on disk, and no load reads it again */
+            chime__store_fail(s, err);
         return;
     }
     struct hot *e = chime__store_entry(s, hash, t->key, t->key_len, t->payload, t->payload_len);
