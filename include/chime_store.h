@@ -194,7 +194,9 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
  * the running one's acknowledgement (or retry) does not remove it. A due_ns of UINT64_MAX (in the
  * year 2554) is kept but never fires: no wall clock in ns since the epoch reaches it.
  * Return: 0 (with CHIME_SYNC_EACH: the put is on stable storage); -EINVAL if s, key or payload is NULL,
- *         or key_len or payload_len is 0 or over its maximum (nothing is written); -EIO, -ENOSPC (the
+ *         or key_len or payload_len is 0 or over its maximum, or (PostgreSQL, whose due times are
+ *         bigint) due_ns is over INT64_MAX, in the year 2262, and not UINT64_MAX (nothing is
+ *         written); -EIO, -ENOSPC (the
  *         store has failed: see above; this put was not reported durable: after a reopen it may be
  *         there or not, as a write cut by a crash); -ESHUTDOWN once close has begun; -ENOMEM.
  * Complexity: O(1) expected: a hash lookup in memory and one in the journal's key index (in memory
@@ -272,8 +274,9 @@ CHIME_API int chime_store_dead_list(chime_store *s, chime_dead_fn *fn, void *ctx
 /*
  * Move key's dead letter back to the pending timers, due at due_ns, with its payload and attempt
  * reset to a first firing; a pending timer of the same key is replaced (as chime_store_put).
- * Return: 0 (durable as chime_store_put); -ENOENT if key has no dead letter; -EINVAL, -EIO, -ENOSPC,
- *         -ESHUTDOWN, -ENOMEM as chime_store_cancel.
+ * Return: 0 (durable as chime_store_put); -ENOENT if key has no dead letter; -EINVAL as
+ *         chime_store_cancel, or for due_ns as chime_store_put; -EIO, -ENOSPC, -ESHUTDOWN, -ENOMEM
+ *         as chime_store_cancel.
  * Complexity and thread safety: as chime_store_put.
  */
 CHIME_API int chime_store_dead_requeue(chime_store *s, const void *key, size_t key_len,

@@ -533,10 +533,29 @@ static void test_open_refuses_a_database_without_the_schema(void)
     CHECK(s == NULL, "untouched");
 }
 
+/* A put due at UINT64_MAX is kept and never fires (chime_store.h), as with the journal; other due
+ * times beyond INT64_MAX (the year 2262) do not fit the database's bigint and are -EINVAL. Found
+ * in review: every due time beyond INT64_MAX was refused. */
+static void test_a_put_due_at_uint64_max_is_kept_and_never_fires(void)
+{
+    fresh();
+    chime_store *s = open_node("a");
+    CHECK_EQ(chime_store_put(s, "held", 4, "x", 1, UINT64_MAX), 0);
+    CHECK_EQ(chime_store_put(s, "late", 4, "x", 1, (uint64_t)INT64_MAX + 1), -EINVAL);
+    CHECK_EQ(chime_store_put(s, "marker", 6, "x", 1, wall_ns() + 100 * MS), 0);
+    recorder_wait_key(&rec, "marker", 1, NULL); /* fired after "held" would have been loaded */
+    CHECK_EQ(recorder_count_key(&rec, "held"), 0);
+    CHECK_EQ(chime_store_cancel(s, "held", 4), 0); /* it was pending */
+    CHECK_EQ(chime_store_cancel(s, "late", 4), -ENOENT);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
 int main(void)
 {
     recorder_init(&rec, NULL);
     static const struct tap_test tests[] = {
+        { "a_put_due_at_uint64_max_is_kept_and_never_fires",
+          test_a_put_due_at_uint64_max_is_kept_and_never_fires },
         { "put_fires_once_at_its_due_time_and_is_acknowledged",
           test_put_fires_once_at_its_due_time_and_is_acknowledged },
         { "replace_fires_only_the_last_due_time_and_payload",

@@ -41,6 +41,12 @@ int chime__pg_error(const struct chime__backend *b)
 
 int chime__pg_holds(struct chime__backend *b, unsigned shard, uint64_t epoch)
 {
+    return chime__pg_believes(b, shard, epoch) &&
+           !atomic_load_explicit(&b->shards[shard].draining, memory_order_acquire);
+}
+
+int chime__pg_believes(struct chime__backend *b, unsigned shard, uint64_t epoch)
+{
     if (shard >= b->schema.shards || !epoch)
         return 0;
     struct pg_shard *sh = &b->shards[shard];
@@ -67,7 +73,7 @@ int chime__pg_holds(struct chime__backend *b, unsigned shard, uint64_t epoch)
                 return 0;
             continue;
         }
-        return until && !atomic_load_explicit(&sh->draining, memory_order_acquire);
+        return until != 0;
     }
 }
 

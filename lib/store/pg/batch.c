@@ -15,6 +15,8 @@
 #include "store/pg/lane.h"
 #include "store/pg/statements.h"
 
+void (*chime__pg_commit_hook)(void);
+
 _Static_assert(PG_BATCH < PG_VERSION_ROWS, "a statement's rows are numbered within one version base");
 
 enum { ST_PUT, ST_RETRY, ST_CANCEL, ST_ACK, ST_BURY, ST_REQUEUE, ST_DROP, ST_NOTIFY, ST_COUNT };
@@ -310,8 +312,8 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
     if (!PQenterPipelineMode(c) || PQsetnonblocking(c, 1))
         return PG_LOST;
     int ok = PQsendQueryParams(c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) &&
-             PQsendQueryParams(c, "SELECT pg_current_xact_id()::text", 0, NULL, NULL, NULL, NULL,
-                               0) &&
+             PQsendQueryParams(c, "SELECT pg_current_xact_id()::text,"
+                               " pg_postmaster_start_time()::text", 0, NULL, NULL, NULL, NULL, 0) &&
              PQpipelineSync(c);
     int nstmt = 0, order[ST_COUNT];
     for (int i = 0; ok && i < nsent; i++) {
@@ -334,8 +336,10 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
         rc = next_result(pc, &x);
     if (rc == PG_OK)
         rc = next_sync(pc);
-    if (rc == PG_OK)
+    if (rc == PG_OK) {
         *xid = strtoull(PQgetvalue(x, 0, 0), NULL, 10);
+        snprintf(l->server_start, sizeof l->server_start, "%s", PQgetvalue(x, 0, 1));
+    }
     PQclear(x); /* also when the sync after it was lost */
     if (rc != PG_OK)
         return PG_LOST; /* BEGIN cannot fail otherwise: nothing committed */
@@ -352,6 +356,8 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
                  PQpipelineSync(c);
             if (!ok || flush(pc) != PG_OK)
                 return PG_LOST;
+            if (*commit_sent && chime__pg_commit_hook)
+                chime__pg_commit_hook();
         } else {
             for (int i = 0; i < nstmt; i++) {
                 int s = next_result(pc, &res[order[i]]);
@@ -379,17 +385,34 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
     return committed ? PG_OK : PG_RETRY;
 }
 
-/* Whether transaction xid committed, asked on a new connection. Return: 1, 0, or -EIO. */
+/* Whether transaction xid committed, asked on a new connection. Return: 1, 0, or -EIO.
+ * Only the server that gave out xid can say: one that restarted since (a crash, a failover) may
+ * have given the same id to another transaction, if nothing of ours reached its WAL before the
+ * crash, and pg_xact_status then reports that one's fate (found in review: a put reported durable
+ * that the database never had), or fails "in the future". Ours committed only if its commit
+ * record was replayed, which moves the server's next id past it: so an id taken again means ours
+ * did not commit, but a "committed" after a restart cannot tell the two apart. Then the batch
+ * runs again: a put is recorded again (a newer version of the same timer), an acknowledgement or
+ * burial again changes nothing, and a cancel, requeue or drop that had in fact committed just
+ * before the crash reports -ENOENT; nothing reported durable is lost. */
 static int resolve(struct pg_lane *l, uint64_t xid)
 {
     char text[24];
     snprintf(text, sizeof text, "%" PRIu64, xid);
-    const char *v[] = { text };
+    const char *v[] = { text, l->server_start };
     for (;;) {
         if (!l->conn.c && chime__pg_reconnect(&l->conn, &l->abandon) != 0)
             return -EIO;
         PGresult *r = NULL;
-        int rc = chime__pg_exec(&l->conn, "SELECT pg_xact_status($1::text::xid8)", 1, v, &r);
+        int rc = chime__pg_exec_text(&l->conn,
+                                     "SELECT pg_postmaster_start_time()::text = $1", 1, v + 1, &r);
+        int same = rc == PG_OK && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
+        PQclear(r);
+        r = NULL;
+        if (rc == PG_OK && !same)
+            return 0; /* restarted since: see above */
+        if (rc == PG_OK)
+            rc = chime__pg_exec(&l->conn, "SELECT pg_xact_status($1::text::xid8)", 1, v, &r);
         if (rc == PG_LOST) {
             chime__pg_disconnect(&l->conn);
             continue;

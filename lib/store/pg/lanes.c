@@ -250,18 +250,26 @@ int chime__pg_lanes_sync(struct chime__backend *b)
 
 /* ---- the operations ---- */
 
-/* Due times are bigint in the database: beyond 2^63 - 1 ns (the year 2262) they do not fit. */
+/* Due times are bigint in the database: beyond 2^63 - 1 ns (the year 2262) they do not fit. A put
+ * there is refused (chime_store.h), but for UINT64_MAX, which is kept and never fires (as with the
+ * journal), and a retry's saturated delay: both are stored as DUE_MAX, a row never read, since
+ * every read takes parts below a bound that saturates at DUE_MAX too (firing.c, loader.c). */
 #define DUE_MAX ((uint64_t)INT64_MAX)
+
+static int due_stored(uint64_t due, int retry, uint64_t *stored)
+{
+    if (due > DUE_MAX && due != UINT64_MAX && !retry)
+        return -EINVAL; /* a user's put or requeue: refused, nothing written */
+    *stored = due > DUE_MAX ? DUE_MAX : due;
+    return 0;
+}
 
 int chime__pg_put(struct chime__backend *b, const struct chime__put *p, struct chime__put_result *res,
                   uint64_t *ticket)
 {
-    uint64_t due = p->due_ns;
-    if (due > DUE_MAX) {
-        if (!p->if_version)
-            return -EINVAL; /* a user's put: refused, nothing written (chime.h) */
-        due = DUE_MAX;      /* a retry's saturated delay: as late as can be stored */
-    }
+    uint64_t due;
+    if (due_stored(p->due_ns, p->if_version != 0, &due))
+        return -EINVAL;
     struct pg_op *op = op_new(p->if_version ? PG_OP_RETRY : PG_OP_PUT, p->key, p->key_len,
                               p->payload, p->payload_len);
     if (!op)
@@ -284,7 +292,12 @@ int chime__pg_put(struct chime__backend *b, const struct chime__put *p, struct c
         *ticket = !err && waited ? (uint64_t)(uintptr_t)op : 0;
         return err;
     }
-    if (pg_fence_shard(p->if_fence) != op->shard || !chime__pg_holds(b, op->shard, op->epoch)) {
+    /* Draining or not, as an acknowledgement: a retry asked for while the shard drains is
+     * recorded in its epoch (the database checks it, P1), and the next owner's takeover reads it
+     * with its delay; refused here, the next owner fired the old version at once (found in
+     * review). */
+    if (pg_fence_shard(p->if_fence) != op->shard ||
+        !chime__pg_believes(b, op->shard, op->epoch)) {
         op_release(op);
         return -ESTALE; /* the firing's lease has lapsed: its new owner fires it again */
     }
@@ -342,13 +355,14 @@ int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key
                            uint64_t due_ns, struct chime__put_result *res, chime__timer_fn *fn,
                            void *ctx, uint64_t *ticket)
 {
-    if (due_ns > DUE_MAX)
+    uint64_t due;
+    if (due_stored(due_ns, 0, &due))
         return -EINVAL;
     struct pg_op *op = op_new(PG_OP_REQUEUE, key, key_len, NULL, 0);
     if (!op)
         return -ENOMEM;
     op->shard = chime__pg_shard_of(key, key_len, b->schema.shards);
-    op->due = due_ns; /* op->part: stamped by the lane (batch.c, restamp) */
+    op->due = due; /* op->part: stamped by the lane (restamp) */
     uint64_t held = chime__pg_epoch_of(b, op->shard);
     op->note = !held && due_ns < chime__pg_wall() + b->notify_ns;
     int err = run_waited(b, op);

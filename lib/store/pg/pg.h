@@ -289,8 +289,16 @@ int chime__pg_error(const struct chime__backend *b);
 /* Whether this node holds shard's lease in `epoch` (locally believed, not draining). A lapse it sees
  * it makes final (the belief's deadline set to 0), so that no renewal extends that epoch (P2). */
 int chime__pg_holds(struct chime__backend *b, unsigned shard, uint64_t epoch);
+/* The same, draining or not: whether an outcome of a firing made in `epoch` (an acknowledgement, a
+ * burial, a retry) may still be recorded. A draining shard fires nothing new, but lets its running
+ * handlers' outcomes through until it is released (lease.c). */
+int chime__pg_believes(struct chime__backend *b, unsigned shard, uint64_t epoch);
 /* The epoch of shard if this node holds it (as chime__pg_holds), else 0. */
 uint64_t chime__pg_epoch_of(struct chime__backend *b, unsigned shard);
+
+/* batch.c. Tests only: called by a lane once its COMMIT is in the connection's socket, before
+ * the reply is read (an ambiguous commit from here on). */
+extern void (*chime__pg_commit_hook)(void);
 
 /* lease.c. Tests only: called by the lease thread between a renewal's check that its belief still
  * holds and the compare-and-swap that extends it. */
