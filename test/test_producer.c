@@ -128,10 +128,104 @@ static void a_reschedule_that_finds_the_timer_queued_is_woken_for_by_the_push(vo
     chime_timer_free(t);
 }
 
+/*
+ * Producer B reschedules a timer that producer A has queued (B finds Q set: WRITE) and is preempted
+ * holding W, before it writes its deadline. The advancing thread pops the record, finds W, leaves
+ * the record out of the queue for B to bring back, and goes back to sleep. Found in review: it
+ * pushed the record again and popped it again, 1024 times per iteration, never sleeping while W was
+ * held (a whole CPU for as long as B was preempted); here that hangs the first wait below.
+ */
+static void a_reschedule_preempted_holding_w_does_not_make_the_thread_spin(void)
+{
+    chime_timer *t = start(NULL, 0);
+    CHECK_EQ(chime_timer_schedule_at(t, 0, note_tid, NULL, NULL), 0);
+    chime__timer_sync(t);
+    if (blocked_on(atomic_load(&thread_tid), &t->sleeper.wake_seq) < 0) {
+        printf("# skipped: no /proc/self/task/<tid>/syscall here\n");
+        chime_timer_free(t);
+        return;
+    }
+    atomic_store(&fired, 0);
+    chime_id id;
+    CHECK_EQ(chime_timer_schedule_at(t, HOUR, fire, NULL, &id), 0);
+    chime__timer_sync(t);
+    wait_asleep(t);
+    struct chime__rec *rec = chime__records_find(&t->recs, id);
+    CHECK(rec != NULL, "no record for the id");
+    /* A: a whole reschedule up to its push. */
+    CHECK_EQ(chime__state_reschedule_begin(&rec->state, (uint32_t)(id >> 32)), CHIME__RESCHED_PUSH);
+    atomic_store_explicit(&rec->deadline_ns, 2 * HOUR, memory_order_relaxed);
+    chime__state_reschedule_end(&rec->state);
+    /* B: begins (Q is A's) and is preempted holding W. */
+    CHECK_EQ(chime__state_reschedule_begin(&rec->state, (uint32_t)(id >> 32)),
+             CHIME__RESCHED_WRITE);
+    /* A pushes. */
+    chime__timer_push(t, (uint32_t)id, 2 * HOUR);
+    chime__timer_poke(t); /* anything wakes the thread meanwhile: another producer's timer */
+
+    while (atomic_load(&rec->state) & CHIME__ST_Q)
+        sched_yield(); /* a poll: the thread pops the record and leaves it to B */
+    wait_asleep(t); /* and sleeps, while B is still preempted */
+
+    /* B goes on: writes its deadline and ends, as producer.c does for WRITE. */
+    atomic_store_explicit(&rec->deadline_ns, 1 * MS, memory_order_relaxed);
+    if (chime__state_reschedule_end(&rec->state))
+        chime__timer_push(t, (uint32_t)id, 1 * MS);
+    else
+        chime__timer_wake_before(t, 1 * MS);
+    chime__timer_sync(t);
+    atomic_store(&fake_now, 1 * MS);
+    chime__timer_sync(t);
+    CHECK_EQ(atomic_load(&fired), 1);
+    CHECK_EQ(atomic_load(&fired_at), 1 * MS);
+    CHECK_EQ(chime_timer_stop(t, CHIME_STOP_NOW, NULL), 0);
+    const char *err = chime__timer_check(t);
+    CHECK(err == NULL, "%s", err ? err : "");
+    chime_timer_free(t);
+}
+
+/*
+ * With the thread leaving a record its writer holds out of the queue (the fix above), a timer can
+ * be cancelled while a reschedule holds W and have no Q when a NOW stop sweeps: it must still count
+ * as cancelled, once (its writer's push comes after the thread has gone).
+ */
+static void a_timer_cancelled_while_a_reschedule_holds_w_counts_once_at_stop(void)
+{
+    chime_timer *t = start(NULL, 0);
+    chime_id id;
+    CHECK_EQ(chime_timer_schedule_at(t, HOUR, fire, NULL, &id), 0);
+    chime__timer_sync(t);
+    struct chime__rec *rec = chime__records_find(&t->recs, id);
+    CHECK(rec != NULL, "no record for the id");
+    uint32_t gen = (uint32_t)(id >> 32);
+    CHECK_EQ(chime__state_reschedule_begin(&rec->state, gen), CHIME__RESCHED_PUSH); /* A */
+    atomic_store_explicit(&rec->deadline_ns, 2 * HOUR, memory_order_relaxed);
+    chime__state_reschedule_end(&rec->state);
+    CHECK_EQ(chime__state_reschedule_begin(&rec->state, gen), CHIME__RESCHED_WRITE); /* B */
+    chime__timer_push(t, (uint32_t)id, 2 * HOUR); /* A's push */
+    chime__timer_sync(t);
+    CHECK_EQ(chime_timer_cancel(t, id), 0);
+    chime__timer_sync(t);
+    CHECK_EQ(chime_timer_stop(t, CHIME_STOP_NOW, NULL), 0);
+    struct chime_stats st;
+    chime_timer_stats(t, &st);
+    CHECK_EQ(st.scheduled, 1);
+    CHECK_EQ(st.cancelled, 1);
+    CHECK_EQ(st.pending, 0);
+    /* B ends; its push finds the thread gone. */
+    if (chime__state_reschedule_end(&rec->state))
+        chime__timer_push(t, (uint32_t)id, 2 * HOUR);
+    chime_timer_free(t);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
         { "a reschedule that finds the timer queued is woken for by the push", a_reschedule_that_finds_the_timer_queued_is_woken_for_by_the_push },
+        { "a reschedule preempted holding W does not make the thread spin",
+          a_reschedule_preempted_holding_w_does_not_make_the_thread_spin },
+        { "a timer cancelled while a reschedule holds W counts once at stop",
+          a_timer_cancelled_while_a_reschedule_holds_w_counts_once_at_stop },
     };
     return tap_run(tests, (int)(sizeof(tests) / sizeof(tests[0])));
 }

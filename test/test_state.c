@@ -93,22 +93,24 @@ static void reschedule_takes_the_write_bit_or_loses_to_its_holder(void)
     CHECK_EQ(chime__state_reschedule_begin(&word, GEN), CHIME__RESCHED_PUSH);
     EXPECT_WORD(PENDING | KNOWN | RUN | PER | W | R | Q);
     CHECK_EQ(chime__state_reschedule_begin(&word, GEN), CHIME__RESCHED_LOST);
-    chime__state_reschedule_end(&word);
+    CHECK(!chime__state_reschedule_end(&word), "a PUSH writer's end asked for a second push");
     EXPECT_WORD(PENDING | KNOWN | RUN | PER | R | Q);
     CHECK_EQ(chime__state_reschedule_begin(&word, GEN), CHIME__RESCHED_WRITE); /* queued already */
-    chime__state_reschedule_end(&word);
+    CHECK(!chime__state_reschedule_end(&word), "pushed while still queued");
     set(LIFE(PENDING, CHIME__LIFE_CANCELLED) | Q);
     CHECK_EQ(chime__state_reschedule_begin(&word, GEN), -ENOENT);
     set(PENDING);
     CHECK_EQ(chime__state_reschedule_begin(&word, GEN - 1), -ENOENT);
 }
 
-static void apply_waits_for_a_writer_and_takes_the_record_in(void)
+static void apply_leaves_a_record_to_its_writer_and_takes_it_in_after(void)
 {
     uint64_t old = 0;
     set(PENDING | Q | R | W);
     CHECK(!chime__state_apply(&word, &old), "applied while a reschedule writes");
-    EXPECT_WORD(PENDING | Q | R | W);
+    EXPECT_WORD(PENDING | R | W); /* out of the queue: the writer brings it back */
+    CHECK(chime__state_reschedule_end(&word), "the writer was not told to push");
+    EXPECT_WORD(PENDING | Q | R);
     set(PENDING | Q | R);
     CHECK(chime__state_apply(&word, &old), "apply refused");
     CHECK_EQ(old, PENDING | Q | R);
@@ -299,7 +301,8 @@ int main(void)
         { "taken makes a free record pending, queued and placeable", taken_makes_a_free_record_pending_queued_and_placeable },
         { "cancel wins only over a pending timer of its generation", cancel_wins_only_over_a_pending_timer_of_its_generation },
         { "reschedule takes the write bit or loses to its holder", reschedule_takes_the_write_bit_or_loses_to_its_holder },
-        { "apply waits for a writer and takes the record in", apply_waits_for_a_writer_and_takes_the_record_in },
+        { "apply leaves a record to its writer and takes it in after",
+          apply_leaves_a_record_to_its_writer_and_takes_it_in_after },
         { "fire runs, drops or skips by the state it finds", fire_runs_drops_or_skips_by_the_state_it_finds },
         { "a run starts only if not withdrawn and its end queues an ended timer", a_run_starts_only_if_not_withdrawn_and_its_end_queues_an_ended_timer },
         { "stop claims pending timers and marks running ones", stop_claims_pending_timers_and_marks_running_ones },

@@ -50,8 +50,8 @@ void chime__timer_end_unfired(chime_timer *t, uint32_t idx, uint64_t old_state)
 {
     unplace(t, idx);
     count_unfired(t, chime__records_call(&t->recs, idx)->arg);
-    if (!(old_state & CHIME__ST_Q))
-        give_back(t, idx); /* if queued, apply() gives it back when it is popped */
+    if (!(old_state & (CHIME__ST_Q | CHIME__ST_W)))
+        give_back(t, idx); /* queued, or a writer will push it: apply() gives it back when popped */
 }
 
 /* Put record idx in the levels at its requested deadline, rounded up to a tick (never early), or
@@ -82,10 +82,8 @@ static void apply(chime_timer *t, uint32_t idx)
 {
     struct chime__rec *rec = rec_of(t, idx);
     uint64_t s;
-    if (!chime__state_apply(&rec->state, &s)) {
-        chime__mpsc_push(&t->queue, idx); /* a reschedule is writing: still Q, look again later */
-        return;
-    }
+    if (!chime__state_apply(&rec->state, &s))
+        return; /* a reschedule is writing: out of the queue, and its writer pushes it back */
     if (!(s & CHIME__ST_KNOWN)) {
         chime__records_known(&t->recs, idx);
         chime__stats_bump(&t->stats.scheduled);

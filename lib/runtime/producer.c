@@ -133,10 +133,10 @@ int chime_timer_reschedule(chime_timer *t, chime_id id, uint64_t delay_ns)
     int got = chime__state_reschedule_begin(&rec->state, (uint32_t)(id >> 32));
     if (got <= CHIME__RESCHED_LOST)
         return got; /* -ENOENT, or 0: another reschedule is writing, and ours is ordered before it */
-    /* We hold W: nobody else writes deadline_ns, and the record cannot be given back (Q is set). */
+    /* We hold W: nobody else writes deadline_ns; the record is not given back before we drop W */
     atomic_store_explicit(&rec->deadline_ns, deadline, memory_order_relaxed); /* published below */
-    chime__state_reschedule_end(&rec->state);
-    if (got == CHIME__RESCHED_PUSH)
+    bool popped = chime__state_reschedule_end(&rec->state); /* taken off the queue while we wrote */
+    if (got == CHIME__RESCHED_PUSH || popped)
         chime__timer_push(t, (uint32_t)id, deadline);
     else
         chime__timer_wake_before(t, deadline); /* queued already, or about to be by whoever set Q */

@@ -32,8 +32,10 @@
  *     taken             producer     FREE                        PENDING +Q +R (+PERIODIC); push
  *     cancel            producer     PENDING                     CANCELLED +Q -P; push unless Q was set
  *     reschedule_begin  producer     PENDING, no W               +W +R +Q -P; write deadline_ns
- *     reschedule_end    producer     W                           -W; push unless Q was set at begin
+ *     reschedule_end    producer     W                           -W +Q; push if Q was set at begin and
+ *                                                               apply has cleared it since
  *     apply             advancing    popped, no W                -Q -R +KNOWN; then place, move or give back
+ *     apply (W)         advancing    popped, W                   -Q; the writer's reschedule_end pushes
  *     fire              advancing    PENDING, no R, RUN, E       one-shot (or last): DONE; periodic: +RUN +P
  *     fire (end)        advancing    PENDING +RUN, no R, E       the last boundary: DONE, RUN kept
  *     start_run         runner       RUN +P                      -P (or the run is skipped: withdrawn)
@@ -55,6 +57,10 @@
  *     run just before the first, whose deadline stands.
  *   - cancel against reschedule: both CAS from PENDING; a cancel after a reschedule still ends the
  *     timer (it stays PENDING with R), a reschedule after a cancel finds CANCELLED (-ENOENT).
+ *   - apply against a writer (W): apply leaves the record out of the queue (-Q) and reschedule_end
+ *     sets Q again and pushes it, so exactly one of them has it queued at any time and the thread
+ *     never waits on a preempted writer (it pushed the record back and spun on it until a review);
+ *     a cancel meanwhile finds Q clear and pushes it itself, and the writer's end then finds Q set.
  *   - a run's end against a cancel: whichever comes second sees the other; the record is given back
  *     exactly once, by the advancing thread, when it pops it with neither RUN nor Q left to come.
  * So every timer ends exactly once: fired (fire's CAS to DONE, or a periodic timer's cancel), cancelled
@@ -172,31 +178,45 @@ static inline int chime__state_reschedule_begin(_Atomic uint64_t *st, uint32_t g
     return s & CHIME__ST_Q ? CHIME__RESCHED_WRITE : CHIME__RESCHED_PUSH;
 }
 
-/* reschedule_end: drop W. release: pairs with the acquire in chime__state_apply (which waits for W to
- * clear before it reads deadline_ns) and in the next chime__state_reschedule_begin. seq_cst, not just
- * release (the same locked instruction on x86): when Q was set by a producer that has not pushed yet,
- * only that push carries this deadline to the advancing thread, and the seq_cst load after it in
- * chime__timer_push must read this store (timer.h). */
-static inline void chime__state_reschedule_end(_Atomic uint64_t *st)
+/* reschedule_end: drop W. Return: true if the caller must push the record: the advancing thread
+ * popped it while W was held and left it out of the queue (apply cleared Q), so that it does not go
+ * round on it until this writer is done (found in review: it re-pushed and popped it again, never
+ * sleeping, for as long as the writer was preempted); the push here brings it back. Never true for
+ * a PUSH caller (its Q stays until its own push). release: pairs with the acquire in
+ * chime__state_apply (which leaves a record with W to its writer) and in the next
+ * chime__state_reschedule_begin. seq_cst, not just release (the same locked instruction on x86):
+ * when Q was set by a producer that has not pushed yet, only that push carries this deadline to the
+ * advancing thread, and the seq_cst load after it in chime__timer_push must read this store
+ * (timer.h). */
+static inline bool chime__state_reschedule_end(_Atomic uint64_t *st)
 {
-    atomic_fetch_and_explicit(st, ~CHIME__ST_W, memory_order_seq_cst);
+    uint64_t s = atomic_load_explicit(st, memory_order_relaxed); /* the CAS checks it */
+    uint64_t ns;
+    do {
+        ns = (s & ~CHIME__ST_W) | CHIME__ST_Q;
+    } while (!atomic_compare_exchange_weak_explicit(st, &s, ns, memory_order_seq_cst,
+                                                    memory_order_relaxed));
+    return !(s & CHIME__ST_Q);
 }
 
 /*
- * apply: the advancing thread popped the record: -Q -R +KNOWN. Return: false if a reschedule holds W
- * (the record stays queued: push it again and look later), else true with *old the state before.
+ * apply: the advancing thread popped the record: -Q -R +KNOWN. Return: true with *old the state
+ * before; false if a reschedule holds W: then only Q is cleared (the record is out of the queue)
+ * and the writer's reschedule_end pushes it again, so the thread does not wait for the writer.
  * acquire: pairs with reschedule_end and finish_run (their writes, deadline_ns and the end of a run,
  * come before); the fields written before a push come through the pop.
  */
 static inline bool chime__state_apply(_Atomic uint64_t *st, uint64_t *old)
 {
     uint64_t s = atomic_load_explicit(st, memory_order_acquire);
+    uint64_t ns;
     do {
-        if (s & CHIME__ST_W)
-            return false;
-    } while (!atomic_compare_exchange_weak_explicit(
-        st, &s, (s & ~(CHIME__ST_Q | CHIME__ST_R)) | CHIME__ST_KNOWN, memory_order_acquire,
-        memory_order_acquire));
+        ns = s & CHIME__ST_W ? s & ~CHIME__ST_Q
+                             : (s & ~(CHIME__ST_Q | CHIME__ST_R)) | CHIME__ST_KNOWN;
+    } while (!atomic_compare_exchange_weak_explicit(st, &s, ns, memory_order_acquire,
+                                                    memory_order_acquire));
+    if (s & CHIME__ST_W)
+        return false;
     *old = s;
     return true;
 }

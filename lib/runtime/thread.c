@@ -79,8 +79,9 @@ static void sweep_one(void *ctx, uint32_t idx)
         /* relaxed: the transitions below decide; a record's fields were acquired when it was applied. */
         uint64_t s = atomic_load_explicit(st, memory_order_relaxed);
         if (sw->mode == CHIME_STOP_NOW && (s & CHIME__ST_KNOWN) &&
-            chime__life(s) == CHIME__LIFE_CANCELLED && (s & CHIME__ST_Q)) {
-            chime__stats_bump(&t->stats.cancelled); /* its canceller's push comes after this thread has gone */
+            chime__life(s) == CHIME__LIFE_CANCELLED && (s & (CHIME__ST_Q | CHIME__ST_W))) {
+            /* its canceller's push (or its writer's, W) comes after this thread has gone */
+            chime__stats_bump(&t->stats.cancelled);
             return;
         }
         if (!(s & CHIME__ST_KNOWN) || chime__life(s) != CHIME__LIFE_PENDING)
