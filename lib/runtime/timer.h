@@ -67,6 +67,7 @@ struct chime_timer {
     bool closed;                    /* stop has begun: the pool is closed */
     bool idle_work;                 /* memory may be given back (records, slot arrays) */
     size_t trim_peak;               /* the most timers pending since the slot arrays were trimmed */
+    uint64_t idle_step_ns;          /* the longest recent idle step, decaying (thread.c) */
     struct chime__item *batch;      /* callbacks gathered for the workers during one bounded advance */
     size_t batch_n, batch_cap;
     bool use_workers;
