@@ -259,6 +259,91 @@ static void list_and_count_read_every_segment(void)
     free(d);
 }
 
+/* Overwrite n bytes of d's segment `number` at `at` with `bytes` (zeros if NULL). */
+static void damage_segment(const char *d, int number, uint64_t at, const unsigned char *bytes,
+                           size_t n)
+{
+    static const unsigned char zeros[4096];
+    char *wal;
+    CHECK(asprintf(&wal, "%s/wal-%016x.log", d, number) >= 0, "asprintf");
+    int fd = open(wal, O_RDWR);
+    CHECK(fd >= 0 && pwrite(fd, bytes ? bytes : zeros, n, (off_t)at) == (ssize_t)n, "damage %s",
+          wal);
+    close(fd);
+    free(wal);
+}
+
+/* list and count fail (exit 1) on every journal that open refuses, as they do for a lost file:
+ * damage that verify names in a segment is no less a loss. On two_segment_log's journal: wal-1's
+ * last group commit lost (zeros, which only wal-2's MARK tells from unused space), and a flipped
+ * byte in wal-1's first record (a sealed segment, followed by one written to). */
+static void list_and_count_refuse_a_journal_with_a_damaged_segment(void)
+{
+    for (int variant = 0; variant < 2; variant++) {
+        uint64_t end1 = 0, last1 = 0;
+        char *d = two_segment_log(&end1, &last1);
+        char out[4096], *saved = dir;
+        dir = d;
+        if (variant == 0)
+            damage_segment(d, 1, last1, NULL, end1 - last1);
+        else
+            damage_segment(d, 1, CHIME__FILE_HEADER + 20, (const unsigned char[]){ 0x5a }, 1);
+        CHECK_EQ(run_tool("verify", out, sizeof out), 1);
+        chime_store *s = NULL;
+        struct chime_store_config cfg = { .path = d };
+        CHECK_EQ(chime_store_open(&s, &cfg, recorder_handler, &rec), -EBADMSG);
+        CHECK_EQ(run_tool("count", out, sizeof out), 1);
+        CHECK_EQ(run_tool("list", out, sizeof out), 1);
+        CHECK(strstr(out, " log2 ") == NULL, "variant %d: list printed a damaged journal:\n%s",
+              variant, out);
+        dir = saved;
+        tmpdir_remove(d);
+        free(d);
+    }
+}
+
+/* A log sealed after two group commits, and closed before the next segment got any: HEAD names
+ * wal-2, empty. A flipped byte in wal-1's last record: wal-1 had been synced whole before HEAD
+ * named wal-2, so it is damage (open refuses it), not a torn tail. */
+static void verify_and_list_name_a_torn_point_below_the_head(void)
+{
+    char *d = tmpdir_make("tool-head");
+    CHECK(d != NULL, "mkdtemp");
+    int dfd = open(d, O_RDONLY | O_DIRECTORY);
+    CHECK(dfd >= 0, "open %s", d);
+    struct chime__wal_config cfg = { .dir = dfd, .segment = 1, .next_version = 1,
+                                     .interval_ns = 3600 * SEC, .segment_bytes = 1u << 20 };
+    struct chime__wal *w;
+    CHECK_EQ(chime__wal_open(&w, &cfg), 0);
+    uint64_t end = 0, sealed = 0, last = CHIME__FILE_HEADER;
+    for (int i = 0; i < 2; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "log%d", i);
+        struct chime__rec r = { .type = CHIME__PUT, .key_len = (uint16_t)strlen(key), .key = key,
+                                .payload_len = 1, .payload = "x", .due = wall_ns() + 3600 * SEC };
+        CHECK_EQ(chime__wal_append(w, &r, 1, &end), 0);
+        CHECK_EQ(chime__wal_sync(w), 0);
+        if (i == 0)
+            last += chime__rec_len(r.key_len, 1) + CHIME__MARK_LEN;
+    }
+    CHECK_EQ(chime__wal_seal(w, &sealed, NULL), 0);
+    CHECK_EQ(chime__wal_close(w), 0);
+    close(dfd);
+    char out[4096], *saved = dir;
+    dir = d;
+    CHECK_EQ(run_tool("verify", out, sizeof out), 0);
+    damage_segment(d, 1, last + 20, (const unsigned char[]){ 0x5a }, 1);
+    CHECK_EQ(run_tool("verify", out, sizeof out), 1);
+    CHECK(strstr(out, "wal-0000000000000001.log: DAMAGED at offset") != NULL, "%s", out);
+    CHECK_EQ(run_tool("list", out, sizeof out), 1);
+    chime_store *s = NULL;
+    struct chime_store_config scfg = { .path = d };
+    CHECK_EQ(chime_store_open(&s, &scfg, recorder_handler, &rec), -EBADMSG);
+    dir = saved;
+    tmpdir_remove(d);
+    free(d);
+}
+
 /* HEAD names a segment only once its header is synced (lib/store/head.h): the newest segment cut
  * to nothing while HEAD names it is a lost file, as a deleted one is, not a creation a crash cut.
  * Open refused a deleted one but accepted this one, and its acknowledged records were gone. */
@@ -352,6 +437,10 @@ static const struct tap_test tests[] = {
       verify_names_a_lost_last_batch_of_a_sealed_segment_and_fails },
     { "verify_names_a_damaged_run_and_fails", verify_names_a_damaged_run_and_fails },
     { "list_and_count_read_every_segment", list_and_count_read_every_segment },
+    { "verify_and_list_name_a_torn_point_below_the_head",
+      verify_and_list_name_a_torn_point_below_the_head },
+    { "list_and_count_refuse_a_journal_with_a_damaged_segment",
+      list_and_count_refuse_a_journal_with_a_damaged_segment },
     { "a_newest_segment_cut_to_nothing_that_head_names_is_damage",
       a_newest_segment_cut_to_nothing_that_head_names_is_damage },
     { "verify_names_a_lost_head_and_list_refuses", verify_names_a_lost_head_and_list_refuses },

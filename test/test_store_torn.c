@@ -254,6 +254,26 @@ static void a_flipped_byte_before_the_last_group_commit_refuses_to_open_ebadmsg(
             refused(x, UINT64_MAX);
 }
 
+/* The last group commit's MARK did not reach the disk (a crash cut it), its record did: that
+ * record was written only once the group commit before it had been synced, so damage in that one
+ * is damage, as it is before a later whole MARK (its own MARK, whole, shows where it ended). Open
+ * took it for a torn tail and dropped its acknowledged put. */
+static void damage_before_a_later_group_commit_whose_mark_was_cut_refuses_to_open_ebadmsg(void)
+{
+    for (uint64_t x = rec_start[N - 2]; x < rec_end[N - 2]; x += 7) {
+        free(damaged_copy(rec_end[N - 1], seg_size, x, UINT64_MAX));
+        struct chime_store_config cfg = { .path = scratch };
+        struct chime__backend *b;
+        int err = chime__journal_ops.open(&b, &cfg, &no_sink);
+        CHECK(err == -EBADMSG, "flip %llu in the last but one group commit, the last one's MARK "
+              "cut: open returned %d (%s), not -EBADMSG", (unsigned long long)x, err,
+              chime_strerror(err));
+    }
+    /* Without the damage, the same cut is a torn tail that keeps every put (the last one's record
+     * is whole; its MARK is not needed). */
+    trial(rec_end[N - 1], seg_size, UINT64_MAX, UINT64_MAX, N);
+}
+
 static void zeros_before_the_last_group_commit_refuse_to_open_ebadmsg(void)
 {
     /* A lost write in the middle of the newest segment: over a record, over a MARK. */
@@ -405,6 +425,19 @@ static void a_written_segment_after_a_torn_one_refuses_to_open_ebadmsg(void)
     expect_damage(rec_start[N / 2] + 20, &c, 1, 1, 1); /* zeros, then the rest of a record */
 }
 
+/* HEAD names a segment only once the writer moved there, after syncing the segment before it whole
+ * (head.h): a torn point in a segment below the head is damage, though the next segment holds
+ * nothing yet (a seal, then a crash before the next commit). wal-1's last group commit with a
+ * flipped byte, then its MARK zeroed, and an empty wal-2 that HEAD names: each put was
+ * acknowledged, open cut them as a torn tail. */
+static void a_torn_point_in_a_segment_below_the_head_refuses_to_open_ebadmsg(void)
+{
+    unsigned char c = segment[rec_start[N - 1] + 20] ^ 0x01;
+    expect_damage(rec_start[N - 1] + 20, &c, 1, 0, 0);
+    static const unsigned char zeros[8];
+    expect_damage(rec_end[N - 1] + 16, zeros, sizeof zeros, 0, 0);
+}
+
 static void a_flipped_byte_in_the_newest_segment_header_refuses_to_open_ebadmsg(void)
 {
     /* The header was synced before any record went in: records after a bad header are damage.
@@ -518,6 +551,10 @@ static const struct tap_test tests[] = {
       a_written_segment_after_a_torn_one_refuses_to_open_ebadmsg },
     { "a_flipped_byte_in_the_newest_segment_header_refuses_to_open_ebadmsg",
       a_flipped_byte_in_the_newest_segment_header_refuses_to_open_ebadmsg },
+    { "damage_before_a_later_group_commit_whose_mark_was_cut_refuses_to_open_ebadmsg",
+      damage_before_a_later_group_commit_whose_mark_was_cut_refuses_to_open_ebadmsg },
+    { "a_torn_point_in_a_segment_below_the_head_refuses_to_open_ebadmsg",
+      a_torn_point_in_a_segment_below_the_head_refuses_to_open_ebadmsg },
     { "a_segment_whose_creation_a_crash_cut_is_dropped",
       a_segment_whose_creation_a_crash_cut_is_dropped },
     { "damage_in_a_run_refuses_to_open_ebadmsg", damage_in_a_run_refuses_to_open_ebadmsg },

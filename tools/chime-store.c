@@ -65,46 +65,80 @@ struct segments {
     size_t n, cap;
 };
 
-/* Every whole record of the segments, flattened and sorted; each segment is read up to its first
- * record that is not whole (its unused space, or the torn tail open would cut; verify tells where),
- * then the next one. */
+/* Every whole record of the segments, flattened and sorted, read by open's rules (replay.c, step
+ * 3; format.md, "The reader's rules"): each segment up to its end or its torn point; a torn point
+ * before a later group commit's MARK, a segment before one whose MARKs say it ended elsewhere, or a
+ * segment written to after a torn one is damage (-EBADMSG), which open refuses, and so does this.
+ */
 static int read_segments(int dir, const struct chime__journal_files *f, struct segments *s)
 {
     memset(s, 0, sizeof *s);
     s->bufs = calloc(f->nsegs ? f->nsegs : 1, sizeof *s->bufs);
     if (!s->bufs)
         return -ENOMEM;
+    uint64_t prev_valid = UINT64_MAX; /* where the segment before ended, if it was read */
+    int torn = 0;                     /* a segment before was torn: those after hold nothing */
     for (size_t i = 0; i < f->nsegs; i++) {
         char name[CHIME__NAME_MAX];
         chime__wal_name(name, f->segs[i]);
+        if (torn) { /* written to after a torn one: the tear was damage (replay.c, step 3) */
+            int written = chime__reader_written(dir, name);
+            if (written)
+                return written < 0 ? written : -EBADMSG;
+            continue;
+        }
         int fd;
         uint64_t size;
         struct chime__file_header h;
         int err = chime__file_open(dir, name, &fd, &size, &h);
+        if (!err && (h.run || h.lo != f->segs[i])) {
+            chime__io_close(fd);
+            err = -EBADMSG; /* a whole header, of another file */
+        }
         if (err == -EBADMSG) {
             /* A segment whose creation a crash cut: nothing after it. Unless HEAD names it or
              * something was written after its header: damage, which open refuses (replay.c). */
             int written = f->segs[i] <= f->head ? 1 : chime__reader_written(dir, name);
             if (written)
                 return written < 0 ? written : -EBADMSG;
-            break;
+            torn = 1;
+            prev_valid = UINT64_MAX;
+            continue;
         }
         if (err)
             return err;
-        unsigned char *buf = malloc(size);
-        ssize_t got = buf ? chime__io_pread(fd, buf, size, 0) : -ENOMEM;
+        /* Where its records end, and whether that is damage, as open decides. */
+        struct chime__reader rd;
+        struct chime__rec r;
+        int got = chime__reader_init_segment(&rd, fd, &h, size);
+        while (!got && (got = chime__reader_next(&rd, &r)) == 1)
+            got = 0;
+        if (got == -EBADMSG) { /* a torn point: damage if a later group commit's MARK follows */
+            uint64_t at, start;
+            int marked = chime__reader_mark_after(&rd, rd.off, &at, &start);
+            got = marked ? (marked < 0 ? marked : -EBADMSG) : 0;
+            if (!got && f->segs[i] < f->head)
+                got = -EBADMSG; /* synced whole before HEAD named a later one (replay.c) */
+            torn = 1;
+        }
+        uint64_t valid = rd.off, prev_end = rd.prev_end;
+        chime__reader_free(&rd);
+        if (!got && prev_end && i > 0 && f->segs[i - 1] + 1 == f->segs[i] &&
+            prev_valid != UINT64_MAX && prev_valid != prev_end)
+            got = -EBADMSG; /* the segment before lost its last group commit */
+        prev_valid = valid;
+        unsigned char *buf = got ? NULL : malloc(valid);
+        ssize_t n = got ? got : buf ? chime__io_pread(fd, buf, valid, 0) : -ENOMEM;
         chime__io_close(fd);
-        if (got < 0) {
+        if (n < 0 || (uint64_t)n < valid) {
             free(buf);
-            return (int)got;
+            return n < 0 ? (int)n : -EBADMSG; /* (shorter: a running service changed it) */
         }
         s->bufs[s->nbufs++] = buf;
-        for (uint64_t off = CHIME__FILE_HEADER; off < (uint64_t)got;) {
-            struct chime__rec r;
+        for (uint64_t off = CHIME__FILE_HEADER; off < valid;) {
             uint32_t len = 0;
-            if (chime__rec_decode(buf + off, (uint64_t)got - off, &r, &len) != CHIME__REC_WHOLE)
-                break; /* this segment's end (its unused space), or a torn tail: on to the next
-                          segment, which a torn tail leaves unwritten */
+            if (chime__rec_decode(buf + off, valid - off, &r, &len) != CHIME__REC_WHOLE)
+                return -EBADMSG; /* the reader found it whole: changed since */
             if (r.type == CHIME__MARK) { /* a group commit's end: no timer */
                 off += len;
                 continue;
@@ -190,13 +224,17 @@ static int read_live(int dir, chime__emit_fn *emit, void *ctx)
     return err;
 }
 
-/* A read that met a file a running service removed meanwhile is started again. */
+/* A read that met a file a running service removed meanwhile is started again; so is one that met
+ * damage, which a running service's writes can mimic (a segment read before the writer finished it,
+ * the next one after: its MARKs name a later end), and which real damage survives. */
 static int read_live_retrying(int dir, chime__emit_fn *emit, void *ctx, int *restarts)
 {
     int err = -ENOENT;
-    for (int tries = 0; err == -ENOENT && tries < 5; tries++) {
-        if (tries)
+    for (int tries = 0; (err == -ENOENT || err == -EBADMSG) && tries < 5; tries++) {
+        if (tries) {
             (*restarts)++;
+            nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+        }
         err = read_live(dir, emit, ctx);
     }
     return err;
@@ -367,9 +405,10 @@ static int verify_once(int dir, FILE *out)
         }
         uint64_t at = 0, start = 0;
         int marked = got == -EBADMSG ? chime__reader_mark_after(&rd, rd.off, &at, &start) : 0;
-        if (got < 0 && got != -EBADMSG)
-            fprintf(out, "%s: %s\n", name, chime_strerror(got));
-        else if (got == -EBADMSG)
+        if (got < 0 && got != -EBADMSG) {
+            fprintf(out, "%s: %s\n", name, chime_strerror(got)); /* open fails with it too */
+            damaged = 1;
+        } else if (got == -EBADMSG)
             fprintf(out,
                     "%s: %" PRIu64 " bytes, %" PRIu64 " records in %" PRIu64 " group commits, then "
                     "not a whole record at offset %" PRIu64 "\n", name, size, n, rd.marks, rd.off);
@@ -386,16 +425,28 @@ static int verify_once(int dir, FILE *out)
             damaged = 1;
         }
         end = rd.off;
-        if (marked < 0)
+        if (marked < 0) {
             fprintf(out, "%s: %s\n", name, chime_strerror(marked));
-        else if (marked)
+            damaged = 1;
+        } else if (marked && start > rd.off)
             fprintf(out,
                     "%s: DAMAGED at offset %" PRIu64 ": the group commit marked at offset %" PRIu64
                     " began at %" PRIu64 ", after it, so it had been synced\n", name, rd.off, at,
                     start);
+        else if (marked)
+            fprintf(out,
+                    "%s: DAMAGED at offset %" PRIu64 ": the group commit marked at offset %" PRIu64
+                    " holds it, and a later one was written after it, so it had been synced\n",
+                    name, rd.off, at);
+        if (got == -EBADMSG && !marked && f.segs[i] < f.head) {
+            fprintf(out,
+                    "%s: DAMAGED at offset %" PRIu64 ": HEAD names segment %" PRIu64
+                    ", so this one had been synced whole\n", name, rd.off, f.head);
+            damaged = 1;
+        }
         if (got == -EBADMSG) {
-            /* A torn tail if no later segment was written to and no later group commit marked in
-             * this one (format.md); else damage. */
+            /* A torn tail if no later segment was written to, no later group commit marked in
+             * this one and HEAD names no later segment (format.md); else damage. */
             if (torn || marked)
                 damaged = 1;
             torn = 1;

@@ -128,11 +128,20 @@ int chime__reader_mark_after(struct chime__reader *r, uint64_t x, uint64_t *at, 
     if (!r->segment)
         return 0;
     r->start = r->fill = 0; /* buf no longer holds the bytes from r->off on */
+    /* nonzero_end: the offset after the last byte that is not zero */
+    uint64_t last_at = 0, last_start = 0, nonzero_end = 0;
+    int marked = 0;
     for (uint64_t off = x; off + CHIME__MARK_LEN <= r->end;) {
         size_t want = r->end - off < r->cap ? (size_t)(r->end - off) : r->cap;
         ssize_t got = chime__io_pread(r->fd, r->buf, want, off);
         if (got < 0)
             return (int)got;
+        for (size_t k = (size_t)got; k > 0; k--)
+            if (r->buf[k - 1]) {
+                if (off + k > nonzero_end)
+                    nonzero_end = off + k;
+                break;
+            }
         size_t i = 0;
         for (; i + CHIME__MARK_LEN <= (size_t)got; i += 8) {
             struct chime__rec rec;
@@ -140,15 +149,27 @@ int chime__reader_mark_after(struct chime__reader *r, uint64_t x, uint64_t *at, 
             uint32_t len;
             if (looks_like_mark(r->buf + i) &&
                 chime__rec_decode(r->buf + i, CHIME__MARK_LEN, &rec, &len) == CHIME__REC_WHOLE &&
-                chime__mark_valid(&rec, &r->h, off + i, &m) && m.start > x) {
-                *at = off + i;
-                *start = m.start;
-                return 1;
+                chime__mark_valid(&rec, &r->h, off + i, &m)) {
+                if (m.start > x) {
+                    *at = off + i;
+                    *start = m.start;
+                    return 1;
+                }
+                marked = 1; /* its commit holds x: the last one written, unless more follows */
+                last_at = off + i;
+                last_start = m.start;
             }
         }
         if ((size_t)got < want)
             break; /* the file ends before r->end */
         off += i; /* from the first offset not looked at (i > 0, as want >= CHIME__MARK_LEN) */
+    }
+    /* A group commit written after the one that holds x (its bytes after that one's MARK, whose own
+     * MARK a crash cut) was written only once that one had been synced. */
+    if (marked && nonzero_end > last_at + CHIME__MARK_LEN) {
+        *at = last_at;
+        *start = last_start;
+        return 1;
     }
     return 0;
 }

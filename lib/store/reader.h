@@ -53,9 +53,11 @@ int chime__reader_next(struct chime__reader *r, struct chime__rec *rec);
 /*
  * After chime__reader_next returned -EBADMSG at offset x of a segment: whether a group commit that
  * began after x left its MARK, whole, at an 8-byte aligned offset from x to `end` (format.md, "The
- * reader's rules"). If one did, every byte before its start had been synced before that commit was
- * written, and what is at x is damage, not a torn tail. *at receives the MARK's offset, *start its
- * start. Reading it moves nothing (r->off stays at x).
+ * reader's rules"), or the group commit that holds x left its MARK, whole, and bytes that are not
+ * zero follow it (a later group commit's, whose MARK a crash cut). If so, every byte before x had
+ * been synced before that later commit was written, and what is at x is damage, not a torn tail.
+ * *at receives the MARK's offset, *start its start (after x in the first case, at or before it in
+ * the second). Reading it moves nothing (r->off stays at x).
  * Return: 1 found; 0 none (also for a run); a negative errno if a read failed.
  */
 int chime__reader_mark_after(struct chime__reader *r, uint64_t x, uint64_t *at, uint64_t *start);

@@ -243,6 +243,12 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
             err = -EBADMSG;
         if (err || !torn)
             continue;
+        /* HEAD named a later segment: the writer had synced this one whole before it moved on
+         * (head.h), so what ends it early is damage, even with nothing written after it. */
+        if (l.segs[i] < l.head) {
+            err = -EBADMSG;
+            break;
+        }
         for (size_t k = i + 1; !err && k < l.nsegs; k++) {
             err = written_to(j->dir, l.segs[k]);
             if (err == 1)
