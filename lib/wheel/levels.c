@@ -413,14 +413,19 @@ static uint32_t live_in(const struct chime__slot *a, uint32_t from, uint32_t to)
     return live;
 }
 
-/* Start firing the due array's first `end` entries, `live` of them live. */
+/* Start firing the due array's first `end` entries, `live` of them live. Entries beyond `end`
+ * (what the callbacks of a resumed level-0 slot made due) form the tail from here on: count its
+ * tombstones (every tombstone of the array not among the first `end` entries) and hold it to its
+ * bound (I4). */
 static void start_due(struct chime__levels *L, uint32_t end, uint32_t live)
 {
     L->firing = CHIME__FIRING_DUE;
     L->due_end = end;
-    L->due_tail_dead = 0;
+    L->due_tail_dead = L->due.dead - (end - live);
     L->cursor = 0;
     L->firing_left = live;
+    if (L->due_tail_dead)
+        chime__levels_settle_due_tail(L);
 }
 
 /* The due array's part that fired is done: keep what callbacks added behind it, at the front. */

@@ -192,6 +192,9 @@ static inline unsigned chime__levels_find_held(const struct chime__levels *L, ui
 int chime__levels_append_slow(struct chime__levels *L, unsigned level, uint32_t s, uint32_t idx);
 void chime__levels_settle(struct chime__levels *L, struct chime__slot *arr, unsigned level,
                           uint32_t s, uint32_t tombstoned);
+/* While the due array is being fired: empty or compact its part beyond due_end if due_tail_dead
+ * says it needs it (I4). */
+void chime__levels_settle_due_tail(struct chime__levels *L);
 
 /* Set the occupancy bits for a slot that has just become non-empty (I3). */
 static inline void chime__levels_mark(struct chime__levels *L, unsigned level, uint32_t s)

@@ -60,12 +60,14 @@ static void compact(struct chime__levels *L, struct chime__slot *arr, uint32_t f
 
 /*
  * The due array is being fired and a removal fell beyond due_end, among the timers made due since
- * this advance's part was fixed: no cursor bounds that part, so it is kept as any array outside a
- * firing is (I4): emptied when nothing live is left in it, compacted on its own when its tombstones
- * outnumber its live entries twice.
+ * this advance's part was fixed (or its firing has just begun behind what the callbacks of a
+ * resumed level-0 slot left there: start_due): no cursor bounds that part, so it is kept as any
+ * array outside a firing is (I4): emptied when nothing live is left in it, compacted on its own
+ * when its tombstones outnumber its live entries twice.
  */
-static void settle_due_tail(struct chime__levels *L, struct chime__slot *due)
+void chime__levels_settle_due_tail(struct chime__levels *L)
 {
+    struct chime__slot *due = &L->due;
     uint32_t tail = due->len - L->due_end, live = tail - L->due_tail_dead;
     if (live == 0) {
         due->dead -= L->due_tail_dead;
@@ -95,7 +97,7 @@ void chime__levels_settle(struct chime__levels *L, struct chime__slot *arr, unsi
         if (tombstoned >= L->cursor && tombstoned < end)
             L->firing_left--; /* one fewer to fire in this advance */
         else if (L->firing == CHIME__FIRING_DUE && tombstoned >= end)
-            settle_due_tail(L, arr);
+            chime__levels_settle_due_tail(L);
         return; /* the part being fired is compacted or freed once the advance has fired it */
     }
     if (chime__slot_live(arr) == 0) {
