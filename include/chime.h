@@ -169,9 +169,9 @@ CHIME_API int chime_wheel_schedule_every(chime_wheel *w, uint64_t first, uint64_
  * Return: 0; -ENOENT if id is not pending (fired one-shot, cancelled, stale, forged, or 0);
  *         -EINVAL if w is NULL.
  * Complexity: O(1) amortised: one node read; the tombstone in the timer's slot is written with
- * fifteen others, by every sixteenth cancel or by the next advance; a slot whose tombstones reach
- * twice its timers is compacted then, which the cancels that made them pay for. The node is free
- * for reuse on return.
+ * fifteen others, by every sixteenth cancel or by the next advance; a slot whose tombstones exceed
+ * twice its timers (and 8) is compacted then, which the cancels that made them pay for. The node is
+ * free for reuse on return.
  * Thread safety: as chime_wheel_schedule().
  */
 CHIME_API int chime_wheel_cancel(chime_wheel *w, chime_id id);

@@ -37,7 +37,8 @@ extern "C" {
  *     attempt > 1 says "this may have run before".
  *   - Only timers due within horizon_ns of now are held in memory; the rest stay on disk, grouped by
  *     due time, and are loaded ahead of their time. Memory follows the horizon, not the total.
- *   - Errors are negative errno values. -EIO (a write or fsync failed) and -ENOSPC (the disk is full)
+ *   - Errors are negative errno values. -EIO (a write or fsync failed), -ENOSPC (the disk is full)
+ *     and -EBADMSG (the journal's flusher, reading a sealed segment or a run back, found damage)
  *     are sticky: nothing is reported durable after them, no handler starts any more, and every later
  *     put, cancel, sync and dead-letter call returns that error until the store is closed and opened
  *     again (an fsync error cannot be retried safely: the kernel may have dropped the data it failed
@@ -56,7 +57,7 @@ extern "C" {
  * a node that comes back from a pause cannot record them in its old epoch; a handler already past
  * its start when the pause began runs on, which is what chime_fire.fence is for. With
  * CHIME_SYNC_EACH a put or cancel returns once its transaction committed (one commit serves every
- * thread waiting on that connection: four per process). A lost connection or a restarted server is
+ * thread waiting on that connection: one per process). A lost connection or a restarted server is
  * retried, not an error: calls wait for it. -EIO then means the database rejected chime's
  * statements (a damaged or foreign schema). docs/design.md, "Durable timers on PostgreSQL", says
  * more; the fields are in struct chime_store_config.
@@ -181,7 +182,7 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  *             within the horizon) to load them. The key index is rebuilt one table at a time, from
  *             a spill in the journal's directory when it is large (32 bytes a record on disk, for
  *             the open's length): 10^7 far timers open in under 64 MB. With PostgreSQL: a
- *             few connections (ten per node), one lease round (which takes this node's share of
+ *             few connections (seven per node), one lease round (which takes this node's share of
  *             the free shards), and a read of the owned shards' timers due within the horizon.
  * Thread safety: any thread.
  */
@@ -196,7 +197,7 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
  * Return: 0 (with CHIME_SYNC_EACH: the put is on stable storage); -EINVAL if s, key or payload is NULL,
  *         or key_len or payload_len is 0 or over its maximum, or (PostgreSQL, whose due times are
  *         bigint) due_ns is over INT64_MAX, in the year 2262, and not UINT64_MAX (nothing is
- *         written); -EIO, -ENOSPC (the
+ *         written); -EIO, -ENOSPC, -EBADMSG (the
  *         store has failed: see above; this put was not reported durable: after a reopen it may be
  *         there or not, as a write cut by a crash); -ESHUTDOWN once close has begun; -ENOMEM.
  * Complexity: O(1) expected: a hash lookup in memory and one in the journal's key index (in memory
@@ -244,8 +245,8 @@ CHIME_API int chime_store_sync(chime_store *s);
  * due within 50 ms, the longest lead), make everything durable and free the store. Pending timers
  * stay in the journal for the next open. s is freed even when an error is returned.
  * Return: 0; -EINVAL if s is NULL; -EDEADLK if called from one of s's handlers (nothing is done);
- *         -EIO, -ENOSPC if the store had failed or the last sync failed (what was reported durable
- *         stays durable).
+ *         -EIO, -ENOSPC, -EBADMSG, -ENOMEM if the store had failed (the sticky error) or the last
+ *         sync failed (what was reported durable stays durable).
  * Complexity: O(timers in memory) plus the wait for running handlers and one group commit.
  * Thread safety: any thread but s's handlers; no other call on s may be running or follow.
  */
@@ -276,7 +277,8 @@ CHIME_API int chime_store_dead_list(chime_store *s, chime_dead_fn *fn, void *ctx
  * reset to a first firing; a pending timer of the same key is replaced (as chime_store_put).
  * Return: 0 (durable as chime_store_put); -ENOENT if key has no dead letter; -EINVAL as
  *         chime_store_cancel, or for due_ns as chime_store_put; -EIO, -ENOSPC, -ESHUTDOWN, -ENOMEM
- *         as chime_store_cancel.
+ *         as chime_store_cancel; -EBADMSG if the journal does not hold the dead letter its index
+ *         names, or the store has failed with it.
  * Complexity and thread safety: as chime_store_put.
  */
 CHIME_API int chime_store_dead_requeue(chime_store *s, const void *key, size_t key_len,
@@ -303,7 +305,7 @@ struct chime_store_stats {
     uint64_t retried;     /* handlers that asked for a retry since open */
     uint64_t buried;      /* timers sent to the dead letters since open */
     uint64_t journal_bytes; /* bytes the journal's files hold on disk */
-    int error;            /* 0, or the sticky -EIO / -ENOSPC / -ENOMEM */
+    int error;            /* 0, or the sticky -EIO / -ENOSPC / -EBADMSG / -ENOMEM */
     uint64_t lead_ns;     /* how long before its due time a firing is recorded now (2 to 50 ms,
                              from recent commit times; see chime_store_cancel) */
 };

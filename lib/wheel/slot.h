@@ -39,7 +39,8 @@ struct chime__slot {
     uint32_t dead; /* tombstones among the len entries */
 };
 
-/* Make room for one more entry (double, or CHIME__SLOT_MIN). Return: 0, or -ENOMEM (unchanged). */
+/* Make room for one more entry (quadruple, or CHIME__SLOT_MIN). Return: 0, or -ENOMEM (unchanged).
+ */
 int chime__slot_grow(struct chime__slot *s);
 
 /*
