@@ -72,7 +72,7 @@ static void expect_failed(chime_store *s)
     CHECK_EQ(chime_store_close(s), -ENOMEM);
 }
 
-/* The reopen fires the timer whose outcome was lost, as attempt 2 (or buries it, past the limit). */
+/* The reopen fires the timer whose outcome was lost as attempt 2 (past the limit, buries it). */
 static void expect_fired_again(struct chime_store_config *cfg)
 {
     rec.reply = NULL;
