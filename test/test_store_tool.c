@@ -273,6 +273,23 @@ static void damage_segment(const char *d, int number, uint64_t at, const unsigne
     free(wal);
 }
 
+/* Journal d is damaged: verify names `damaged` and fails, list fails, and open refuses it
+ * (-EBADMSG), as they must agree; then d is removed. */
+static void expect_refused(char *d, const char *damaged)
+{
+    char out[4096], *saved = dir;
+    dir = d;
+    CHECK_EQ(run_tool("verify", out, sizeof out), 1);
+    CHECK(strstr(out, damaged) != NULL, "%s", out);
+    CHECK_EQ(run_tool("list", out, sizeof out), 1);
+    chime_store *s = NULL;
+    struct chime_store_config cfg = { .path = d };
+    CHECK_EQ(chime_store_open(&s, &cfg, recorder_handler, &rec), -EBADMSG);
+    dir = saved;
+    tmpdir_remove(d);
+    free(d);
+}
+
 /* list and count fail (exit 1) on every journal that open refuses, as they do for a lost file:
  * damage that verify names in a segment is no less a loss. On two_segment_log's journal: wal-1's
  * last group commit lost (zeros, which only wal-2's MARK tells from unused space), and a flipped
@@ -332,16 +349,9 @@ static void verify_and_list_name_a_torn_point_below_the_head(void)
     char out[4096], *saved = dir;
     dir = d;
     CHECK_EQ(run_tool("verify", out, sizeof out), 0);
-    damage_segment(d, 1, last + 20, (const unsigned char[]){ 0x5a }, 1);
-    CHECK_EQ(run_tool("verify", out, sizeof out), 1);
-    CHECK(strstr(out, "wal-0000000000000001.log: DAMAGED at offset") != NULL, "%s", out);
-    CHECK_EQ(run_tool("list", out, sizeof out), 1);
-    chime_store *s = NULL;
-    struct chime_store_config scfg = { .path = d };
-    CHECK_EQ(chime_store_open(&s, &scfg, recorder_handler, &rec), -EBADMSG);
     dir = saved;
-    tmpdir_remove(d);
-    free(d);
+    damage_segment(d, 1, last + 20, (const unsigned char[]){ 0x5a }, 1);
+    expect_refused(d, "wal-0000000000000001.log: DAMAGED at offset");
 }
 
 /* HEAD names a segment only once its header is synced (lib/store/head.h): the newest segment cut
@@ -350,21 +360,11 @@ static void verify_and_list_name_a_torn_point_below_the_head(void)
 static void a_newest_segment_cut_to_nothing_that_head_names_is_damage(void)
 {
     uint64_t end1 = 0, last1 = 0;
-    char *d = two_segment_log(&end1, &last1);
-    char out[4096], *saved = dir, *wal;
-    dir = d;
+    char *d = two_segment_log(&end1, &last1), *wal;
     CHECK(asprintf(&wal, "%s/wal-0000000000000002.log", d) >= 0, "asprintf");
     CHECK(truncate(wal, 0) == 0, "truncate %s", wal);
     free(wal);
-    CHECK_EQ(run_tool("verify", out, sizeof out), 1);
-    CHECK(strstr(out, "wal-0000000000000002.log: DAMAGED") != NULL, "%s", out);
-    CHECK_EQ(run_tool("list", out, sizeof out), 1);
-    chime_store *s = NULL;
-    struct chime_store_config cfg = { .path = d };
-    CHECK_EQ(chime_store_open(&s, &cfg, recorder_handler, &rec), -EBADMSG);
-    dir = saved;
-    tmpdir_remove(d);
-    free(d);
+    expect_refused(d, "wal-0000000000000002.log: DAMAGED");
 }
 
 static void verify_names_a_damaged_run_and_fails(void)
