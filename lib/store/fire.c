@@ -179,8 +179,6 @@ static void handler_ended(struct chime_store *s)
     pthread_mutex_unlock(&s->dlock);
 }
 
-void (*chime__store_rewait_hook)(void);
-
 /*
  * An outcome the backend could not record (an error other than -ESTALE: -ENOMEM, or the sticky
  * -EIO/-ENOSPC it has reported already): the timer is still pending on disk, with its firing
@@ -280,8 +278,6 @@ static void run_handler(void *arg)
     /* Never before the due time by the wall clock, which may have stepped back since the firing was
      * recorded (LEAD): then wait again for the rest. The timer stays RUNNING meanwhile. */
     if (s->wall() < e->due_ns) {
-        if (chime__store_rewait_hook)
-            chime__store_rewait_hook();
         /* acquire: pairs with close's release store; if close's sweep missed this, it is seen here */
         int closing = atomic_load_explicit(&s->closing, memory_order_acquire);
         int refused = !closing && schedule_handler(s, e) != 0;

@@ -247,9 +247,6 @@ void chime__store_clock_stepped(chime_store *s);
 void chime__store_set_backend(const struct chime__backend_ops *ops);
 /* Tests: called by chime__store_tomb before it files anything (set while no store is open). */
 extern void (*chime__store_tomb_hook)(void);
-/* fire.c. Tests only: called by a handler's runtime callback that found the wall clock before the
- * due time (stepped back since the firing was recorded) and waits again, with the stripe locked. */
-extern void (*chime__store_rewait_hook)(void);
 /* Wait until the keeper has finished any load begun before the call (tests). */
 void chime__store_settle(chime_store *s);
 
