@@ -126,13 +126,28 @@ bool chime__timer_drain(chime_timer *t, size_t limit)
     return true;
 }
 
+void (*chime__timer_finish_run_hook)(void);
+
 /* End a periodic run (or a withdrawn one): if the timer ended meanwhile, queue it so the advancing
  * thread gives it back; if a reschedule withdrew it, so that it places the timer again
- * (state.h). */
+ * (state.h). A withdrawn run's push wakes the thread for the deadline it carries: a reschedule
+ * that found this Q set wrote its deadline and only woke the thread, maybe before this push, and
+ * that deadline reaches the thread through this push alone (timer.h, chime__timer_push). As a bare
+ * requeue it did not wake it, and a periodic timer fired up to a period late (found in review). */
 static void finish_run(chime_timer *t, uint32_t idx, bool withdrawn)
 {
-    if (chime__state_finish_run(&rec_of(t, idx)->state, withdrawn))
-        chime__timer_requeue(t, idx);
+    if (!chime__state_finish_run(&rec_of(t, idx)->state, withdrawn))
+        return;
+    if (chime__timer_finish_run_hook)
+        chime__timer_finish_run_hook();
+    if (!withdrawn) {
+        chime__timer_requeue(t, idx); /* ended: only its memory waits for the thread */
+        return;
+    }
+    chime__timer_push(t, idx, UINT64_MAX);
+    /* seq_cst: after the push, as in chime__timer_requeue: a stopping runtime waits for records. */
+    if (atomic_load_explicit(&t->mode, memory_order_seq_cst) != CHIME__MODE_RUNNING)
+        chime__timer_wake_before(t, 0);
 }
 
 void chime__timer_run_item(void *ctx, const struct chime__item *it)

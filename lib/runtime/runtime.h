@@ -31,6 +31,10 @@ void chime__timer_sync(chime_timer *t);
  * also while a stop is under way. */
 void chime__timer_poke(chime_timer *t);
 
+/* Tests only: called on a worker between a periodic run's end (its state's CAS) and the push that
+ * brings the record back to the advancing thread. Set it before any runtime starts. */
+extern void (*chime__timer_finish_run_hook)(void);
+
 /* Records the runtime holds memory for. Exact after chime__timer_sync. */
 size_t chime__timer_memory(const chime_timer *t);
 

@@ -63,6 +63,9 @@
  *     a cancel meanwhile finds Q clear and pushes it itself, and the writer's end then finds Q set.
  *   - a run's end against a cancel: whichever comes second sees the other; the record is given back
  *     exactly once, by the advancing thread, when it pops it with neither RUN nor Q left to come.
+ *   - a withdrawn run's end against a reschedule: a reschedule that ends while the run's end
+ *     holds Q only wakes the thread, maybe before the run's push, so that push wakes it for the
+ *     record's deadline (chime__timer_push; it was a bare push until a review: a period late).
  * So every timer ends exactly once: fired (fire's CAS to DONE, or a periodic timer's cancel), cancelled
  * (cancel's CAS), or unfired (claim).
  *
@@ -274,8 +277,9 @@ static inline bool chime__state_start_run(_Atomic uint64_t *st)
  * stays PENDING (only a reschedule does that) also sets Q and R in the same CAS: the new deadline's
  * boundary may have come while RUN was still set and been skipped, so apply places the timer at its
  * new deadline again (at once if it has passed; found in review: it ran a whole period late).
- * Return true then too if Q was clear. release: pairs with apply's acquire; the runner is done with
- * the record before the advancing thread can give it back.
+ * Return true then too if Q was clear; that push wakes the thread for the deadline (races above).
+ * release: pairs with apply's acquire; the runner is done with the record before the advancing
+ * thread can give it back.
  */
 static inline bool chime__state_finish_run(_Atomic uint64_t *st, bool withdrawn)
 {
