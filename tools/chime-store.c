@@ -33,6 +33,7 @@
 #include "store/merge.h"
 #include "store/reader.h"
 #include "store/run.h"
+#include "store/segments.h"
 
 /* ---- the journal's files, as open sees them (files.h) ---- */
 
@@ -65,94 +66,61 @@ struct segments {
     size_t n, cap;
 };
 
-/* Every whole record of the segments, flattened and sorted, read by open's rules (replay.c, step
- * 3; format.md, "The reader's rules"): each segment up to its end or its torn point; a torn point
- * before a later group commit's MARK, a segment before one whose MARKs say it ended elsewhere, or a
- * segment written to after a torn one is damage (-EBADMSG), which open refuses, and so does this.
- */
+/* Every whole record of the segments, flattened, read by open's rules (segments.h): each segment up
+ * to its end or its torn point; damage that open refuses (-EBADMSG) is refused here too. The rules
+ * are judged first, then the segments that count are read again whole, so that the records' keys
+ * and payloads stay in memory (a running service changing them meanwhile makes this fail: -EBADMSG,
+ * and the caller reads again). */
 static int read_segments(int dir, const struct chime__journal_files *f, struct segments *s)
 {
     memset(s, 0, sizeof *s);
+    uint64_t *valid = calloc(f->nsegs ? f->nsegs : 1, sizeof *valid), next_version = 0;
     s->bufs = calloc(f->nsegs ? f->nsegs : 1, sizeof *s->bufs);
-    if (!s->bufs)
-        return -ENOMEM;
-    uint64_t prev_valid = UINT64_MAX; /* where the segment before ended, if it was read */
-    int torn = 0;                     /* a segment before was torn: those after hold nothing */
-    for (size_t i = 0; i < f->nsegs; i++) {
+    size_t usable = 0;
+    int err = !valid || !s->bufs ? -ENOMEM
+                                 : chime__segments_read(dir, f->segs, f->nsegs, f->head, NULL, NULL,
+                                                        valid, &usable, &next_version);
+    for (size_t i = 0; !err && i < usable; i++) {
+        if (valid[i] <= CHIME__FILE_HEADER)
+            continue; /* nothing whole in it (a creation a crash cut, or an empty segment) */
         char name[CHIME__NAME_MAX];
         chime__wal_name(name, f->segs[i]);
-        if (torn) { /* written to after a torn one: the tear was damage (replay.c, step 3) */
-            int written = chime__reader_written(dir, name);
-            if (written)
-                return written < 0 ? written : -EBADMSG;
-            continue;
-        }
-        int fd;
-        uint64_t size;
-        struct chime__file_header h;
-        int err = chime__file_open(dir, name, &fd, &size, &h);
-        if (!err && (h.run || h.lo != f->segs[i])) {
+        int fd = chime__io_openat(dir, name, O_RDONLY, 0);
+        unsigned char *buf = fd < 0 ? NULL : malloc(valid[i]);
+        ssize_t n = fd < 0 ? fd : buf ? chime__io_pread(fd, buf, valid[i], 0) : -ENOMEM;
+        if (fd >= 0)
             chime__io_close(fd);
-            err = -EBADMSG; /* a whole header, of another file */
-        }
-        if (err == -EBADMSG) {
-            /* A segment whose creation a crash cut: nothing after it. Unless HEAD names it or
-             * something was written after its header: damage, which open refuses (replay.c). */
-            int written = f->segs[i] <= f->head ? 1 : chime__reader_written(dir, name);
-            if (written)
-                return written < 0 ? written : -EBADMSG;
-            torn = 1;
-            prev_valid = UINT64_MAX;
-            continue;
-        }
-        if (err)
-            return err;
-        /* Where its records end, and whether that is damage, as open decides. */
-        struct chime__reader rd;
-        struct chime__rec r;
-        int got = chime__reader_init_segment(&rd, fd, &h, size);
-        while (!got && (got = chime__reader_next(&rd, &r)) == 1)
-            got = 0;
-        if (got == -EBADMSG) { /* a torn point: damage if a later group commit's MARK follows */
-            uint64_t at, start;
-            int marked = chime__reader_mark_after(&rd, rd.off, &at, &start);
-            got = marked ? (marked < 0 ? marked : -EBADMSG) : 0;
-            if (!got && f->segs[i] < f->head)
-                got = -EBADMSG; /* synced whole before HEAD named a later one (replay.c) */
-            torn = 1;
-        }
-        uint64_t valid = rd.off, prev_end = rd.prev_end;
-        chime__reader_free(&rd);
-        if (!got && prev_end && i > 0 && f->segs[i - 1] + 1 == f->segs[i] &&
-            prev_valid != UINT64_MAX && prev_valid != prev_end)
-            got = -EBADMSG; /* the segment before lost its last group commit */
-        prev_valid = valid;
-        unsigned char *buf = got ? NULL : malloc(valid);
-        ssize_t n = got ? got : buf ? chime__io_pread(fd, buf, valid, 0) : -ENOMEM;
-        chime__io_close(fd);
-        if (n < 0 || (uint64_t)n < valid) {
+        if (n < 0 || (uint64_t)n < valid[i]) {
             free(buf);
-            return n < 0 ? (int)n : -EBADMSG; /* (shorter: a running service changed it) */
+            err = n < 0 ? (int)n : -EBADMSG; /* (shorter: a running service changed it) */
+            break;
         }
         s->bufs[s->nbufs++] = buf;
-        for (uint64_t off = CHIME__FILE_HEADER; off < valid;) {
+        for (uint64_t off = CHIME__FILE_HEADER; off < valid[i];) {
             uint32_t len = 0;
-            if (chime__rec_decode(buf + off, valid - off, &r, &len) != CHIME__REC_WHOLE)
-                return -EBADMSG; /* the reader found it whole: changed since */
-            if (r.type == CHIME__MARK) { /* a group commit's end: no timer */
-                off += len;
-                continue;
+            struct chime__rec r;
+            if (chime__rec_decode(buf + off, valid[i] - off, &r, &len) != CHIME__REC_WHOLE) {
+                err = -EBADMSG; /* the reader found it whole: changed since */
+                break;
             }
+            off += len;
+            if (r.type == CHIME__MARK) /* a group commit's end: no timer */
+                continue;
             if (s->n + 3 > s->cap) {
-                s->cap = s->cap * 2 + 1024;
-                if (!(s->recs = realloc(s->recs, s->cap * sizeof *s->recs)))
-                    return -ENOMEM;
+                size_t cap = s->cap * 2 + 1024;
+                struct chime__rec *recs = realloc(s->recs, cap * sizeof *recs);
+                if (!recs) {
+                    err = -ENOMEM;
+                    break;
+                }
+                s->recs = recs;
+                s->cap = cap;
             }
             s->n += (size_t)chime__rec_flatten(&r, s->recs + s->n);
-            off += len;
         }
     }
-    return 0;
+    free(valid);
+    return err;
 }
 
 static void free_segments(struct segments *s)
@@ -296,6 +264,18 @@ static int cmd_read(int dir, int dead, int count_only)
     return 0;
 }
 
+/* What open makes of the segments (segments.h): 0, -EBADMSG, or an error reading them. */
+static int segments_verdict(int dir, const struct chime__journal_files *f)
+{
+    uint64_t *valid = calloc(f->nsegs ? f->nsegs : 1, sizeof *valid), next_version = 0;
+    size_t usable = 0;
+    int err = valid ? chime__segments_read(dir, f->segs, f->nsegs, f->head, NULL, NULL, valid,
+                                           &usable, &next_version)
+                    : -ENOMEM;
+    free(valid);
+    return err;
+}
+
 /* verify: one line per file, then a verdict. Return: 0 the journal opens; 1 it is damaged. */
 static int verify_once(int dir, FILE *out)
 {
@@ -367,7 +347,7 @@ static int verify_once(int dir, FILE *out)
             err = -EBADMSG; /* a whole header, of another file */
         }
         if (err == -EBADMSG) {
-            /* A creation a crash cut if nothing was written after the header (replay.c, step 3) */
+            /* A creation a crash cut if nothing was written after the header (segments.h) */
             int written = chime__reader_written(dir, name);
             if (written == -ENOENT)
                 goto vanished;
@@ -416,7 +396,7 @@ static int verify_once(int dir, FILE *out)
             fprintf(out,
                     "%s: %" PRIu64 " bytes, %" PRIu64 " records in %" PRIu64 " group commits, ok\n",
                     name, size, n, rd.marks);
-        /* Its MARKs name where the segment before it ended (replay.c, step 3). */
+        /* Its MARKs name where the segment before it ended (segments.h). */
         if (rd.prev_end && i > 0 && f.segs[i - 1] + 1 == f.segs[i] && prev_valid != UINT64_MAX &&
             prev_valid != rd.prev_end) {
             fprintf(out, "%s: DAMAGED: its group commits say the segment before it ended at offset "
@@ -457,6 +437,14 @@ static int verify_once(int dir, FILE *out)
         records += n;
         chime__reader_free(&rd);
         chime__io_close(fd);
+    }
+    /* The verdict on the segments is open's own (segments.h), whatever the lines above say. */
+    err = damaged || other_version ? 0 : segments_verdict(dir, &f);
+    if (err == -ENOENT)
+        goto vanished;
+    if (err) {
+        fprintf(out, "segments: %s, by open's rules (lib/store/segments.h)\n", chime_strerror(err));
+        damaged = 1;
     }
     fprintf(out, "total: %zu runs, %zu segments, %" PRIu64 " bytes, %" PRIu64 " records\n", f.nruns,
            f.nsegs, total, records);

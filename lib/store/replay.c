@@ -11,16 +11,11 @@
  *    from them. Only then delete what step 1 set aside: a damaged run fails the open with the files
  *    it replaced still there.
  * 3. Read the segments in order and rebuild the index from their records, up to the first one that
- *    is not whole, or zeros that data follows (the reader's end is zeros up to the file's end); a
- *    segment whose header is not whole is torn at its start, unless something was written after
- *    it (then -EBADMSG: its header had been synced before any record went in). A segment whose
- *    MARKs say the one before it ended elsewhere than where its records do is damage too. If
- *    a later segment was written to (anything but zeros after its header), that was damage: the
- *    writer had synced this one whole before writing there. Likewise if a whole MARK after it names
- *    a start after it: the batch that wrote that MARK was written only once everything before its
- *    start had been synced. -EBADMSG either way, and nothing has been changed on disk. Otherwise it
- *    is the torn tail, what a crash cut of the last batch: everything before it counts, it and
- *    everything after it do not (format.md, "The reader's rules").
+ *    is not whole, by the rules segments.h states and implements (shared with chime-store): a
+ *    segment torn where a crash cuts the last batch is the torn tail (everything before it counts,
+ *    it and everything after it do not); damage that a crash cannot explain (a later segment or
+ *    group commit written after the tear, HEAD naming a later segment, MARKs that disagree with
+ *    where the segment before ended) is -EBADMSG, and nothing has been changed on disk.
  * 4. Flush every segment into a run, the torn one up to its last whole record, and delete it; the
  *    newest ones that hold no whole record are just deleted, once the head (head.h) is lowered to
  *    the last one kept, and the log starts afresh at the first of their numbers (a restart of an
@@ -40,7 +35,7 @@
 #include "store/head.h"
 #include "store/io.h"
 #include "store/journal.h"
-#include "store/reader.h"
+#include "store/segments.h"
 
 /* Step 1: the live runs and segments, and what they replace (files.h), with *.tmp files dropped;
  * the chain of segment numbers must be whole. */
@@ -99,81 +94,6 @@ static int rebuild_one(void *ctx, const struct chime__rec *r)
     return rb->n > REBUILD_BATCH - 3 ? rebuild_flush(rb) : 0;
 }
 
-/* Whether anything was ever written to segment `number` after its header (chime__reader_written:
- * a record, whole or not, or any byte that is not zero). The writer writes to a segment only after
- * the one before it is complete and synced, so a torn segment followed by one that was written to
- * was not torn by a crash. Return: 1, 0, or a read error. */
-static int written_to(int dir, uint64_t number)
-{
-    char name[CHIME__NAME_MAX];
-    chime__wal_name(name, number);
-    return chime__reader_written(dir, name);
-}
-
-/* Step 3 for one segment: rebuild from its whole records. *valid receives the offset after the last
- * whole record and *torn whether something else than zeros up to the file's end followed it. If so,
- * -EBADMSG if a later batch's MARK shows that it was damage (format.md, "The reader's rules").
- * *prev_end receives where its MARKs say the segment before it ended (0: they do not say). */
-static int scan_segment(int dir, uint64_t number, uint64_t head, struct rebuild *rb,
-                        uint64_t *valid, int *torn, uint64_t *prev_end)
-{
-    char name[CHIME__NAME_MAX];
-    chime__wal_name(name, number);
-    *valid = 0;
-    *torn = 1;
-    *prev_end = 0;
-    int fd;
-    uint64_t size = 0;
-    struct chime__file_header h;
-    int err = chime__file_open(dir, name, &fd, &size, &h);
-    if (err == -EBADMSG || (!err && (h.run || h.lo != number))) {
-        if (!err)
-            chime__io_close(fd);
-        /* A header not whole, or not this segment's: a creation a crash cut (torn, nothing valid),
-         * if nothing was written after it. A header is synced before any record goes in and never
-         * rewritten, so records after a bad one are damage: taken for a cut creation, a flipped bit
-         * deleted every acknowledged record of the newest segment and the open succeeded (found
-         * in review). Nor can a crash leave it in a segment the head names: the head is set to a
-         * segment only once its header and directory entry are synced (head.h, wal.c,
-         * wal_writer.c), so such a segment cut to nothing is a lost file, as a deleted one is. */
-        if (number <= head)
-            return -EBADMSG;
-        int written = written_to(dir, number);
-        return written == 1 ? -EBADMSG : written;
-    }
-    /* (-EPROTO: a segment of another format version fails the open, as any other error does.) */
-    if (err)
-        return err;
-    if (h.next_version > rb->next_version)
-        rb->next_version = h.next_version;
-    struct chime__reader rd;
-    err = chime__reader_init_segment(&rd, fd, &h, size);
-    struct chime__rec r;
-    while (!err) {
-        int n = chime__reader_next(&rd, &r);
-        if (n == 1) {
-            err = rebuild_one(rb, &r);
-            continue;
-        }
-        if (n == 0)
-            *torn = 0;
-        else if (n != -EBADMSG)
-            err = n;
-        else { /* a torn point: damage if a later batch's MARK names a start after it */
-            uint64_t at, start;
-            err = chime__reader_mark_after(&rd, rd.off, &at, &start);
-            if (err == 1)
-                err = -EBADMSG;
-        }
-        break;
-    }
-    *valid = rd.off;
-    *prev_end = rd.prev_end;
-    chime__reader_free(&rd);
-    chime__io_close(fd);
-    return err;
-}
-
 /* After step 2 read every live run whole: delete the runs and segments they replace. Not before, so
  * that an open refused for a damaged run leaves the files that still hold its records. */
 static int drop_replaced(const struct chime__journal_files *l, int dir)
@@ -230,33 +150,12 @@ int chime__journal_replay(struct chime__backend *j, uint64_t *first_segment,
     if (!err)
         err = drop_replaced(&l, j->dir);
 
-    size_t usable = l.nsegs; /* step 3: segments before the torn one, and the torn one */
+    size_t usable = 0; /* step 3: segments before the torn one, and the torn one (segments.h) */
     if (!err && l.nsegs && !(valid = calloc(l.nsegs, sizeof *valid)))
         err = -ENOMEM;
-    for (size_t i = 0; !err && i < l.nsegs; i++) {
-        int torn;
-        uint64_t prev_end;
-        err = scan_segment(j->dir, l.segs[i], l.head, &rb, &valid[i], &torn, &prev_end);
-        /* Its MARKs name where the segment before it ended: a lost write of that one's last batch
-         * read as its unused space (zeros to its end), and only this tells (format.md). */
-        if (!err && prev_end && i > 0 && l.segs[i - 1] + 1 == l.segs[i] && valid[i - 1] != prev_end)
-            err = -EBADMSG;
-        if (err || !torn)
-            continue;
-        /* HEAD named a later segment: the writer had synced this one whole before it moved on
-         * (head.h), so what ends it early is damage, even with nothing written after it. */
-        if (l.segs[i] < l.head) {
-            err = -EBADMSG;
-            break;
-        }
-        for (size_t k = i + 1; !err && k < l.nsegs; k++) {
-            err = written_to(j->dir, l.segs[k]);
-            if (err == 1)
-                err = -EBADMSG; /* written to after it: not a torn tail but damage */
-        }
-        usable = i + 1;
-        break;
-    }
+    if (!err)
+        err = chime__segments_read(j->dir, l.segs, l.nsegs, l.head, rebuild_one, &rb, valid,
+                                   &usable, &rb.next_version);
     if (!err)
         err = rebuild_flush(&rb);
     if (!err)
