@@ -12,12 +12,24 @@
  *               current versions are read and armed;
  *   polls       every POLL_NS (and at once after a reconnection, or when a lane lost a batch's
  *               results): every pending row of an owned shard due before max_until whose
- *               transaction the previous poll's snapshot did not see (P7). A notification lost
- *               with a connection therefore delays a timer by at most POLL_NS, never loses it.
+ *               transaction the previous poll's snapshot did not see (P7), or, for the first
+ *               poll on a new connection, every pending row of those (SERVER RESTARTS). A
+ *               notification lost with a connection therefore delays a timer by at most POLL_NS,
+ *               never loses it.
  *
  * The poll's order matters: its snapshot is taken first, then max_until and the owned shards are
  * read. A load or takeover that moves either forward after that reads with a later snapshot, so a
  * row committed before the poll's snapshot is seen by one of the two (pg.h, P7).
+ *
+ * SERVER RESTARTS. A snapshot says nothing of the transactions of a later server. After a crash
+ * the server may give out again ids it had given out but never made durable (aborted transactions:
+ * their abort records are not flushed), and after a failover the new primary those its WAL never
+ * received. A row committed under such an id, below the previous snapshot's xmax and not in its
+ * list, counts as seen by it: a poll from that snapshot skipped it, and so did every poll after,
+ * and its timer was lost if its notification was (found in review; test_pg_cuts). So the first
+ * poll after the loader (re)connects reads every pending row of the owned shards due before
+ * max_until, as a takeover does, and the polls after it go on from its snapshot. What was armed
+ * already is armed again (harmless, as below).
  *
  * SKIPPED TRANSACTIONS. Reading back what this node just wrote would double the database's work
  * for a node that puts its own timers (a poll after 200 000 puts due soon read all of them again,
@@ -153,6 +165,7 @@ struct loader {
     struct chime__backend *b;
     struct pg_conn *pc;
     char *snapshot;          /* the previous poll's */
+    int full;                /* the next poll reads every pending row (SERVER RESTARTS) */
     int32_t *shards;
     int64_t *epochs;
     struct pg_array keys;    /* notified keys waiting to be read */
@@ -181,7 +194,7 @@ static int exec(struct pg_conn *pc, const char *sql, PGresult **out)
     return chime__pg_exec(pc, sql, 0, NULL, out);
 }
 
-/* One poll (see above). On success the snapshot moves on. */
+/* One poll (see above). On success the snapshot moves on, and a full poll is done. */
 static int poll_once(struct loader *ld)
 {
     struct chime__backend *b = ld->b;
@@ -203,9 +216,9 @@ static int poll_once(struct loader *ld)
         uint64_t until = atomic_load_explicit(&b->max_until, memory_order_relaxed);
         size_t n = chime__pg_owned(b, ld->shards, ld->epochs);
         pthread_mutex_unlock(&b->own_lock);
-        if (n && ld->snapshot)
+        if (n && (ld->snapshot || ld->full)) /* since NULL: every pending row */
             rc = chime__pg_read_cursor(b, ld->pc, ld->shards, ld->epochs, n, 0, until,
-                                       ld->snapshot, skip, n_skip, arm, b);
+                                       ld->full ? NULL : ld->snapshot, skip, n_skip, arm, b);
     }
     free(skip);
     if (rc == PG_OK)
@@ -215,6 +228,7 @@ static int poll_once(struct loader *ld)
     if (rc == PG_OK) {
         free(ld->snapshot);
         ld->snapshot = next;
+        ld->full = 0;
         atomic_fetch_add_explicit(&b->polls, 1, memory_order_relaxed); /* a statistic */
     } else {
         free(next);
@@ -362,6 +376,7 @@ static void *loader_main(void *arg)
                 continue;
             }
             atomic_store_explicit(&b->poll_now, 1, memory_order_relaxed); /* what LISTEN missed */
+            ld->full = 1; /* the server may be another: SERVER RESTARTS */
         }
         int rc = run_tasks(ld);
         if (rc == PG_OK && PQconsumeInput(ld->pc->c))

@@ -56,8 +56,11 @@
  *   P7 A timer due before `loaded` reaches its owner: through the owner's load if it was committed
  *      before the load's snapshot; otherwise through a post-commit arm (its own puts), a
  *      notification (others' puts due soon), or the owner's poll, which reads every row committed
- *      since the previous poll's snapshot (pg_visible_in_snapshot on the row's transaction id). A
- *      lost notification therefore delays a timer by at most the poll interval, never loses it.
+ *      since the previous poll's snapshot (pg_visible_in_snapshot on the row's transaction id),
+ *      or, first on a new connection, every pending row (a snapshot of the server before a crash
+ *      or a failover may count a transaction id given out again as seen: loader.c, SERVER
+ *      RESTARTS). A lost notification therefore delays a timer by at most the poll interval, never
+ *      loses it.
  *      The poll skips this node's own transactions whose every row its lane handed over (the
  *      post-commit arms, queued before the transaction is listed; loader.c, SKIPPED TRANSACTIONS):
  *      a load or takeover whose snapshot came later reads what the arms did not cover, as above.
