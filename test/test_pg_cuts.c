@@ -18,16 +18,22 @@ static struct recorder rec;
 
 #define SHARDS 8
 
-/* A fresh database with the schema, the relay to it started, and a fresh recorder. */
-static void fresh(void)
+/* A fresh database with the schema (shards; partitions of partition_s seconds), the relay to it
+ * started, and a fresh recorder. */
+static void fresh_db(unsigned shards, unsigned partition_s)
 {
     char name[32];
     snprintf(name, sizeof name, "cuts_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, SHARDS, 60, direct, sizeof direct), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, name, shards, partition_s, direct, sizeof direct), 0);
     CHECK_EQ(pg_proxy_start(&proxy, cluster.port), 0);
     pg_proxy_conninfo(&proxy, name, relayed, sizeof relayed);
     recorder_free(&rec);
     recorder_init(&rec, NULL);
+}
+
+static void fresh(void)
+{
+    fresh_db(SHARDS, 60);
 }
 
 static chime_store *open_relayed(void)
@@ -320,6 +326,123 @@ static void test_a_commit_cut_by_a_server_crash_is_not_resolved_by_a_reused_xid(
     pg_proxy_stop(&proxy);
 }
 
+/*
+ * After a crash the server gives out again the transaction ids of transactions whose abort records
+ * had not reached the WAL on disk (nothing flushes an abort). Found in review: the loader kept its
+ * last poll's snapshot across the reconnection, and a row committed under such an id, below that
+ * snapshot's xmax and not in its list, counts as seen by it: every poll skipped it. Here node "b"
+ * puts a timer due soon into the shard node "a" owns while a's connections are held, so that its
+ * notification is lost: a's first poll on its new connection must read it (loader.c, SERVER
+ * RESTARTS). Without that, nothing arms it while "a" keeps the shard.
+ *
+ * The reuse is made certain: nothing may write the aborts' WAL records before the crash, and any
+ * commit would (it writes the WAL up to its own record, and whole pages). The WAL writer is
+ * stopped, then killed with the server; a's lease thread, whose rounds commit, waits in the
+ * renewal hook; autovacuum is off; a checkpoint comes just before (the next timed one is minutes
+ * away); partitions are of an hour (the housekeeper creates one, and commits, once a partition).
+ * "b" opens only after the restart. A CHECK says that the put's id was given out before the crash.
+ */
+static _Atomic(struct chime__backend *) gate_b;
+static _Atomic int gate_closed, gate_waiting;
+
+/* The renewal hook: node "a"'s lease thread, just after a round committed, waits here while the
+ * gate is closed. */
+static void wait_at_gate(struct chime__backend *b, unsigned shard)
+{
+    (void)shard;
+    if (b != atomic_load(&gate_b))
+        return;
+    atomic_store(&gate_waiting, atomic_load(&gate_closed));
+    while (atomic_load(&gate_closed))
+        sleep_ms(5); /* a poll on the test's flag */
+    atomic_store(&gate_waiting, 0);
+}
+
+static void set_autovacuum(PGconn *c, const char *sql)
+{
+    CHECK(pg_command(c, sql), "%s", sql);
+    CHECK_EQ(pg_value(c, "SELECT pg_reload_conf()::int"), 1);
+}
+
+/* Wait until the node's loader completed two polls more than `since`, read before: the second
+ * began after this call, so its snapshot is later than everything done before it. */
+static void wait_polls(struct chime__backend *be, uint64_t since)
+{
+    while (atomic_load(&be->polls) < since + 2)
+        sleep_ms(5); /* a poll on the statistic: the loader offers nothing to wait on */
+}
+
+static void test_a_poll_after_a_server_crash_reads_rows_of_reused_transaction_ids(void)
+{
+    enum { ABORTS = 200 };
+    fresh_db(1, 3600);
+    PGconn *c = pg_connect_or_die(direct);
+    set_autovacuum(c, "ALTER SYSTEM SET autovacuum = off");
+    chime__pg_renew_hook = wait_at_gate; /* before any lease thread runs */
+    chime_store *a = NULL, *b = NULL;
+    /* lease 30 s: its belief (22 s from the round held at the gate) outlasts the crash */
+    int rc = pg_open_node(&a, relayed, "a", &rec, 30 * SEC, 0);
+    CHECK(rc == 0, "open a: %s", chime_strerror(rc));
+    char owner[64] = "";
+    long long epoch = pg_owner(c, 0, owner, sizeof owner);
+    CHECK(epoch > 0 && !strcmp(owner, "a"), "shard 0: owner %s, epoch %lld", owner, epoch);
+    atomic_store(&gate_closed, 1);
+    atomic_store(&gate_b, a->b);
+    while (!atomic_load(&gate_waiting))
+        sleep_ms(5); /* a poll on the hook's flag: a's next round has committed */
+    while (pg_value(c, "SELECT count(*) FROM pg_stat_activity"
+                       " WHERE backend_type = 'autovacuum worker'") != 0)
+        sleep_ms(10); /* a poll: the server offers nothing to wait on */
+    CHECK(pg_command(c, "CHECKPOINT"), "checkpoint");
+    long long writer = pg_value(c, "SELECT pid FROM pg_stat_activity"
+                                   " WHERE backend_type = 'walwriter'");
+    CHECK(writer > 0, "no WAL writer in pg_stat_activity");
+    CHECK_EQ(kill((pid_t)writer, SIGSTOP), 0);
+    long long top = 0;
+    for (int i = 0; i < ABORTS; i++) { /* ids taken, and their transactions rolled back */
+        CHECK(pg_command(c, "BEGIN"), "begin");
+        top = pg_value(c, "SELECT pg_current_xact_id()::text::bigint");
+        CHECK(pg_command(c, "ROLLBACK"), "rollback");
+    }
+    wait_polls(a->b, atomic_load(&a->b->polls)); /* a's snapshot has seen the aborts end */
+    pg_proxy_hold(&proxy, 1); /* no reply reaches "a": it reconnects after b's notification */
+    CHECK_EQ(kill((pid_t)writer, SIGKILL), 0); /* a crash, with the aborts in its buffers */
+    pg_util_stop_server(&cluster, "immediate");
+    CHECK_EQ(pg_util_start_server(&cluster), 0);
+    PQfinish(c);
+    c = pg_connect_or_die(direct);
+    atomic_store(&gate_closed, 0); /* a's next rounds find their connection gone, and wait */
+
+    rc = pg_open_node(&b, direct, "b", &rec, 30 * SEC, 0); /* its share of one shard: none */
+    CHECK(rc == 0, "open b: %s", chime_strerror(rc));
+    CHECK_EQ(chime_store_put(b, "reused", 6, "x", 1, wall_ns() + 2 * SEC), 0);
+    long long tx = pg_value(c, "SELECT tx FROM chime.timers WHERE key = 'reused'");
+    CHECK(tx > 0 && tx <= top, "the put's transaction id %lld was not given out before the crash "
+          "(the aborted ones ended at %lld): the test tested nothing", tx, top);
+    printf("# the put's transaction id %lld, given out before the crash (aborts up to %lld)\n", tx,
+           top);
+    CHECK_EQ(pg_owner(c, 0, NULL, 0), epoch);
+    uint64_t armed = atomic_load(&a->b->armed), polls = atomic_load(&a->b->polls);
+    pg_proxy_hold(&proxy, 0);
+    wait_polls(a->b, polls); /* one of them on a new connection */
+    CHECK(atomic_load(&a->b->armed) > armed,
+          "a's polls after its reconnection armed nothing: the put of transaction %lld (an id "
+          "given out again) was skipped", tx);
+    struct firing f;
+    recorder_wait_key(&rec, "reused", 1, &f);
+    CHECK_EQ(pg_fence_epoch(f.fence), (uint64_t)epoch); /* by "a", in the epoch held throughout */
+    store_wait_idle(a);
+    CHECK_EQ(recorder_count_key(&rec, "reused"), 1);
+    CHECK_EQ(atomic_load(&rec.early), 0);
+    CHECK_EQ(chime_store_close(b), 0);
+    CHECK_EQ(chime_store_close(a), 0);
+    chime__pg_renew_hook = NULL;
+    atomic_store(&gate_b, NULL);
+    set_autovacuum(c, "ALTER SYSTEM RESET autovacuum");
+    PQfinish(c);
+    pg_proxy_stop(&proxy);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -335,6 +458,8 @@ int main(void)
           test_random_cuts_lose_nothing_a_call_reported_sync_interval },
         { "a_commit_cut_by_a_server_crash_is_not_resolved_by_a_reused_xid",
           test_a_commit_cut_by_a_server_crash_is_not_resolved_by_a_reused_xid },
+        { "a_poll_after_a_server_crash_reads_rows_of_reused_transaction_ids",
+          test_a_poll_after_a_server_crash_reads_rows_of_reused_transaction_ids },
     };
     int rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
     recorder_free(&rec);
