@@ -546,7 +546,7 @@ int chime__pg_lane_run(struct pg_lane *l, struct pg_op **batch, size_t n)
                 /* Committed, and the results read if a caller waited for them; puts' results may
                  * be lost: the loader's poll finds them instead (P7). */
                 apply(l, res);
-                atomic_store_explicit(&b->poll_now, 1, memory_order_release);
+                chime__pg_poll_soon(b);
                 rc = PG_OK;
             }
         } else if (rc == PG_OK && apply(l, res) == 0) {

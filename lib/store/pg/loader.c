@@ -58,7 +58,6 @@
 
 #define POLL_NS UINT64_C(1000000000)
 #define FIRST_CHUNK_NS UINT64_C(2000000000)
-#define FETCH_MAX 4096 /* keys read per notification batch */
 #define ARMED_TX_MAX 65536 /* transactions listed for the next poll to skip, at most */
 
 enum { TASK_TAKEOVER, TASK_ARM };
@@ -87,6 +86,15 @@ static void enqueue(struct chime__backend *b, struct pg_task *t)
     (void)w; /* an eventfd counter does not overflow here */
 }
 
+void chime__pg_poll_soon(struct chime__backend *b)
+{
+    /* release: pairs with the loader's acq_rel exchange; what the caller did before is seen */
+    atomic_store_explicit(&b->poll_now, 1, memory_order_release);
+    uint64_t one = 1;
+    ssize_t w = write(b->wake_fd, &one, sizeof one); /* or it polls only at its next POLL_NS */
+    (void)w; /* an eventfd counter does not overflow here */
+}
+
 void chime__pg_takeover(struct chime__backend *b, const int32_t *shards, const int64_t *epochs,
                         size_t n)
 {
@@ -108,7 +116,7 @@ int chime__pg_arm_later(struct chime__backend *b, const struct chime__timer *tim
 {
     struct pg_task *t = calloc(1, sizeof *t + timer->key_len + timer->payload_len);
     if (!t) { /* committed, not armed: the next poll finds it (its transaction is not listed) */
-        atomic_store_explicit(&b->poll_now, 1, memory_order_release);
+        chime__pg_poll_soon(b);
         return -ENOMEM;
     }
     t->kind = TASK_ARM;
@@ -386,8 +394,11 @@ static void *loader_main(void *arg)
         if (rc == PG_OK && ld->keys.n)
             rc = fetch_notified(ld);
         uint64_t now = chime__pg_mono();
+        /* acq_rel: pairs with chime__pg_poll_soon's release. Taken even when the time has come,
+         * so that a request made before this poll does not make a second one at once. A failed
+         * poll is made again on the new connection, which asks for one. */
         if (rc == PG_OK &&
-            (now >= next_poll || atomic_exchange_explicit(&b->poll_now, 0, memory_order_acq_rel))) {
+            (atomic_exchange_explicit(&b->poll_now, 0, memory_order_acq_rel) || now >= next_poll)) {
             rc = poll_once(ld);
             next_poll = now + POLL_NS;
         }

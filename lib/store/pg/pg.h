@@ -361,6 +361,9 @@ void chime__pg_takeover(struct chime__backend *b, const int32_t *shards, const i
  * for it: a lost or draining shard's fences are invalid at once (chime__pg_holds), so its timers
  * neither start nor record anything meanwhile. */
 void chime__pg_revoke_later(struct chime__backend *b);
+/* Have the loader poll at once (not at its next POLL_NS): a lane lost a batch's results, or an arm
+ * could not be queued, and the poll finds what they did not hand over (P7). */
+void chime__pg_poll_soon(struct chime__backend *b);
 /* Arm a timer this node put (after its commit): the loader calls sink->arm if it still holds the
  * shard. Copies t. Return: 0; -ENOMEM (not queued: the next poll reads it instead). */
 int chime__pg_arm_later(struct chime__backend *b, const struct chime__timer *t);
