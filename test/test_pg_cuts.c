@@ -443,6 +443,58 @@ static void test_a_poll_after_a_server_crash_reads_rows_of_reused_transaction_id
     pg_proxy_stop(&proxy);
 }
 
+/*
+ * A dead-letter listing while the server is down waits for it, as every call does (chime_store.h).
+ * Found in review: it gave up after 50 tries (5 s) with -EIO, which the contract keeps for a schema
+ * the database rejects. Here the server stays down until the listing has tried 60 times (a test
+ * hook counts them), then comes back, and the listing must succeed.
+ */
+static _Atomic int dead_retries, dead_listed;
+
+static void count_dead_retry(void)
+{
+    atomic_fetch_add(&dead_retries, 1);
+}
+
+struct list_arg {
+    chime_store *s;
+    int rc;
+    size_t n;
+};
+
+static void *list_dead(void *arg)
+{
+    struct list_arg *a = arg;
+    a->rc = chime_store_dead_list(a->s, store_count_dead, &a->n);
+    atomic_store(&dead_listed, 1);
+    return NULL;
+}
+
+static void test_a_dead_letter_listing_waits_for_a_server_that_is_down(void)
+{
+    fresh();
+    chime_store *s = NULL;
+    int rc = pg_open_node(&s, direct, "a", &rec, 10 * SEC, 0);
+    CHECK(rc == 0, "open: %s", chime_strerror(rc));
+    atomic_store(&dead_retries, 0);
+    atomic_store(&dead_listed, 0);
+    chime__pg_dead_list_retry_hook = count_dead_retry; /* read by the listing's thread only */
+    pg_util_stop_server(&cluster, "fast");
+    struct list_arg a = { s, 1, 0 };
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, list_dead, &a), 0);
+    while (atomic_load(&dead_retries) < 60 && !atomic_load(&dead_listed))
+        sleep_ms(1); /* a poll on the hook's count: the listing waits for the server */
+    CHECK(!atomic_load(&dead_listed), "the listing gave up after %d tries: %s",
+          atomic_load(&dead_retries), chime_strerror(a.rc));
+    CHECK_EQ(pg_util_start_server(&cluster), 0);
+    pthread_join(t, NULL);
+    chime__pg_dead_list_retry_hook = NULL;
+    CHECK(a.rc == 0, "the listing returned %s", chime_strerror(a.rc));
+    CHECK_EQ(a.n, 0);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -460,6 +512,8 @@ int main(void)
           test_a_commit_cut_by_a_server_crash_is_not_resolved_by_a_reused_xid },
         { "a_poll_after_a_server_crash_reads_rows_of_reused_transaction_ids",
           test_a_poll_after_a_server_crash_reads_rows_of_reused_transaction_ids },
+        { "a_dead_letter_listing_waits_for_a_server_that_is_down",
+          test_a_dead_letter_listing_waits_for_a_server_that_is_down },
     };
     int rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
     recorder_free(&rec);

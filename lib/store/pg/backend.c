@@ -105,6 +105,12 @@ static void pg_stats(struct chime__backend *b, struct chime__backend_stats *out)
     out->bytes = atomic_load_explicit(&b->count_bytes, memory_order_relaxed);
 }
 
+void (*chime__pg_dead_list_retry_hook)(void);
+
+/* A snapshot of the dead letters, read whole, so that fn runs with nothing held. A lost connection
+ * or a restarted server is waited for, as every call does (chime_store.h), until the store stops
+ * (-ESHUTDOWN) or fails (its error); it gave up after 5 s with -EIO, which the contract keeps for
+ * a schema the database rejects (found in review). */
 static int pg_dead_list(struct chime__backend *b, chime__timer_fn *fn, void *ctx)
 {
     int err = chime__pg_error(b);
@@ -113,21 +119,30 @@ static int pg_dead_list(struct chime__backend *b, chime__timer_fn *fn, void *ctx
     PGresult *r = NULL;
     int rc;
     pthread_mutex_lock(&b->misc_lock);
-    for (int tries = 0;; tries++) { /* a snapshot, read whole: fn runs with nothing held */
-        if (!b->misc_conn.c)
-            chime__pg_connect(&b->misc_conn);
-        rc = chime__pg_exec(&b->misc_conn,
-                            "SELECT key, payload, due, attempt FROM chime.dead ORDER BY seq", 0,
-                            NULL, &r);
-        if (rc != PG_LOST || tries == 50)
+    for (;;) {
+        rc = b->misc_conn.c ? PG_OK : chime__pg_connect(&b->misc_conn);
+        if (rc == PG_OK)
+            rc = chime__pg_exec(&b->misc_conn,
+                                "SELECT key, payload, due, attempt FROM chime.dead ORDER BY seq",
+                                0, NULL, &r);
+        /* acquire: pairs with close's release store of stop */
+        if ((rc != PG_LOST && rc != PG_RETRY) || chime__pg_error(b) ||
+            atomic_load_explicit(&b->stop, memory_order_acquire))
             break;
-        chime__pg_disconnect(&b->misc_conn);
+        if (rc == PG_LOST)
+            chime__pg_disconnect(&b->misc_conn);
+        if (chime__pg_dead_list_retry_hook)
+            chime__pg_dead_list_retry_hook();
         struct timespec ts = { 0, 100000000 };
         nanosleep(&ts, NULL);
     }
     pthread_mutex_unlock(&b->misc_lock);
-    if (rc != PG_OK)
-        return rc == PG_LOST ? -EIO : rc == PG_FATAL ? -EIO : -EAGAIN;
+    if (rc != PG_OK) {
+        err = chime__pg_error(b);
+        if (!err) /* stopped while it waited; a statement the database rejected; -ENOMEM */
+            err = rc == PG_LOST || rc == PG_RETRY ? -ESHUTDOWN : pg_rc_is_db(rc) ? -EIO : rc;
+        return err;
+    }
     int got = 0;
     for (int i = 0; i < PQntuples(r) && !got; i++) {
         struct chime__timer t = { PQgetvalue(r, i, 0), (size_t)PQgetlength(r, i, 0),

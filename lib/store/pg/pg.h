@@ -306,6 +306,9 @@ extern void (*chime__pg_commit_hook)(void);
 /* lease.c. Tests only: called by the lease thread between a renewal's check that its belief still
  * holds and the compare-and-swap that extends it. */
 extern void (*chime__pg_renew_hook)(struct chime__backend *b, unsigned shard);
+/* backend.c. Tests only: called by chime_store_dead_list each time it waits to try again (a lost
+ * connection). */
+extern void (*chime__pg_dead_list_retry_hook)(void);
 
 /* lanes.c */
 int chime__pg_lanes_start(struct chime__backend *b);
