@@ -26,8 +26,10 @@
  * holds a pointer to it (the runtime's callback, the dispatcher's queue) is marked `detached`, and
  * whoever holds that pointer frees it.
  *
- * LOCK ORDER: a stripe's lock, then load_lock, then the backend's own locks; the dispatcher's lock
- * is taken alone. Runtime calls (schedule, cancel) are lock-free and may be made under any of them.
+ * LOCK ORDER: a stripe's lock, then load_lock, then the backend's own locks. The dispatcher's lock
+ * (dlock) comes last: a due timer is queued under its stripe's lock (fire.c, enqueue), and nothing
+ * is locked while dlock is held. Runtime calls (schedule, cancel) are lock-free and may be made
+ * under any of them.
  */
 #ifndef CHIME_STORE_STORE_H
 #define CHIME_STORE_STORE_H
