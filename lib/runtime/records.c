@@ -32,11 +32,13 @@ int chime__records_init(struct chime__records *r)
     atomic_init(&r->committed, 0);
     atomic_init(&r->used, 0);
     atomic_init(&r->dry, 0);
+    if (pthread_mutex_init(&r->grow_lock, NULL))
+        return -ENOMEM; /* nothing reserved yet */
     r->hot = reserve(RESERVE_HOT, PROT_NONE);
     r->cold = reserve(RESERVE_COLD, PROT_NONE);
     r->period = reserve(RESERVE_PERIOD, PROT_NONE);
     r->chunk = reserve(CHUNK_TABLE, PROT_READ | PROT_WRITE); /* 1.5 MiB, touched as chunks are used */
-    if (!r->hot || !r->cold || !r->period || !r->chunk || pthread_mutex_init(&r->grow_lock, NULL)) {
+    if (!r->hot || !r->cold || !r->period || !r->chunk) {
         chime__records_destroy(r);
         return -ENOMEM;
     }
@@ -53,10 +55,12 @@ void chime__records_destroy(struct chime__records *r)
         munmap(r->cold, RESERVE_COLD);
     if (r->period)
         munmap(r->period, RESERVE_PERIOD);
-    if (r->chunk) {
+    if (r->chunk)
         munmap(r->chunk, CHUNK_TABLE);
-        pthread_mutex_destroy(&r->grow_lock); /* initialised whenever chunk was */
-    }
+    /* Initialised before any reservation, so whenever this runs (once after a successful init, or
+     * from a failed one). It was initialised last, and a reservation that failed before the
+     * table's left it destroyed uninitialised (found in review; harmless with glibc). */
+    pthread_mutex_destroy(&r->grow_lock);
     r->hot = NULL;
     r->cold = NULL;
     r->period = NULL;
