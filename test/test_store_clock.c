@@ -72,8 +72,9 @@ static void a_step_forward_fires_what_became_due(void)
     recorder_wait(&rec, 1);
     CHECK(strcmp(rec.f[0].key, "in-10-min") == 0, "fired %s", rec.f[0].key);
     CHECK(!atomic_load(&rec.early), "early");
-    sleep_ms(50);
-    CHECK_EQ(recorder_count(&rec), 1); /* the other one is still five minutes away */
+    chime__store_settle(s); /* the keeper has handled the step (its sweep, its load) */
+    CHECK_EQ(recorder_count(&rec), 1); /* the other one is still five minutes away... */
+    /* ...and a firing of it before its due time, whenever it came, sets rec.early (checked below) */
     fake_step(s, (int64_t)(600 * SEC));
     recorder_wait(&rec, 2);
     CHECK(!atomic_load(&rec.early), "early");
@@ -239,9 +240,25 @@ static uint64_t fired(chime_store *s)
     return st.fired;
 }
 
+/* The wall clock a handler's callback must have seen and waited on (0: none), and whether one
+ * did (chime__store_rewait_hook, from main on). */
+static _Atomic uint64_t rewait_want;
+static _Atomic int rewaited;
+
+static void note_rewait(uint64_t wall)
+{
+    uint64_t want = atomic_load(&rewait_want);
+    if (want && wall == want)
+        atomic_store(&rewaited, 1);
+}
+
 /* The clock stands still 1 ms before the timer's due time: its firing is recorded (from the lead
- * before, at least 2 ms) and its handler waits for the due time. Then the clock steps an hour back: the handler waits an
- * hour more. */
+ * before, at least 2 ms) and its handler waits for the due time. Then the clock steps an hour back
+ * without the store being told (so no sweep re-arms the handler first): the handler's own callback,
+ * due in 1 ms, must find the wall clock before the due time and wait an hour more. The test waits
+ * for a callback that saw the stepped clock and armed itself again (or for the handler to run,
+ * which fails it). A review found that a 50 ms sleep here let the keeper's sweep do it first, and
+ * a handler that did not look at the wall clock went unseen. */
 static chime_store *a_handler_waiting_an_hour(uint64_t *due)
 {
     fresh();
@@ -251,8 +268,12 @@ static chime_store *a_handler_waiting_an_hour(uint64_t *due)
     fake_freeze(s, *due - MS);
     while (fired(s) == 0)
         sleep_ms(1); /* a poll: the firing is recorded by the store's own threads */
-    fake_freeze(s, *due - 3600 * SEC);
-    sleep_ms(50); /* the handler's callback (due in 1 ms) sees the step back and waits an hour */
+    atomic_store(&rewaited, 0);
+    atomic_store(&rewait_want, *due - 3600 * SEC);
+    fake_freeze(NULL, *due - 3600 * SEC);
+    while (!atomic_load(&rewaited) && recorder_count(&rec) == 0)
+        sleep_ms(1); /* a poll: the handler's callback waits again, or (wrongly) runs the handler */
+    atomic_store(&rewait_want, 0);
     chime__store_settle(s);
     CHECK_EQ(recorder_count(&rec), 0);
     return s;
@@ -498,5 +519,6 @@ static const struct tap_test tests[] = {
 
 int main(void)
 {
+    chime__store_rewait_hook = note_rewait; /* before any store's threads read it */
     return store_tests_run(tests, (int)(sizeof tests / sizeof tests[0]), &dir, &rec, fake_wall);
 }

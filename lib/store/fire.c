@@ -258,6 +258,8 @@ void chime__store_abandon(struct chime_store *s, struct hot *e)
 
 static void run_handler(void *arg);
 
+void (*chime__store_rewait_hook)(uint64_t wall);
+
 /* Hand e's handler to the runtime for its due time (rid: its runtime timer). Stripe locked.
  * Return: 0, or nonzero if the runtime refused (rid is 0 then). */
 static int schedule_handler(struct chime_store *s, struct hot *e)
@@ -277,13 +279,16 @@ static void run_handler(void *arg)
     e->rid = 0; /* begun: chime__store_reschedule_handler leaves it alone */
     /* Never before the due time by the wall clock, which may have stepped back since the firing was
      * recorded (LEAD): then wait again for the rest. The timer stays RUNNING meanwhile. */
-    if (s->wall() < e->due_ns) {
+    uint64_t now = s->wall();
+    if (now < e->due_ns) {
         /* acquire: pairs with close's release store; if close's sweep missed this, it is seen here */
         int closing = atomic_load_explicit(&s->closing, memory_order_acquire);
         int refused = !closing && schedule_handler(s, e) != 0;
         if (refused) /* out of memory: its firing is recorded, and no load reads it again */
             chime__store_fail(s, -ENOMEM);
         int gone = closing || refused;
+        if (chime__store_rewait_hook)
+            chime__store_rewait_hook(now);
         pthread_mutex_unlock(&st->lock);
         if (gone)
             chime__store_abandon(s, e);

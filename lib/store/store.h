@@ -249,6 +249,10 @@ void chime__store_clock_stepped(chime_store *s);
 void chime__store_set_backend(const struct chime__backend_ops *ops);
 /* Tests: called by chime__store_tomb before it files anything (set while no store is open). */
 extern void (*chime__store_tomb_hook)(void);
+/* fire.c. Tests only: called by a handler's runtime callback that found the wall clock (`wall`)
+ * before the due time and has armed itself again, with the stripe locked (set while no store is
+ * open). */
+extern void (*chime__store_rewait_hook)(uint64_t wall);
 /* Wait until the keeper has finished any load begun before the call (tests). */
 void chime__store_settle(chime_store *s);
 
