@@ -74,7 +74,7 @@ static void a_step_forward_fires_what_became_due(void)
     CHECK(!atomic_load(&rec.early), "early");
     chime__store_settle(s); /* the keeper has handled the step (its sweep, its load) */
     CHECK_EQ(recorder_count(&rec), 1); /* the other one is still five minutes away... */
-    /* ...and a firing of it before its due time, whenever it came, sets rec.early (checked below) */
+    /* ...and a firing of it before its due time, whenever it came, sets rec.early (below) */
     fake_step(s, (int64_t)(600 * SEC));
     recorder_wait(&rec, 2);
     CHECK(!atomic_load(&rec.early), "early");
