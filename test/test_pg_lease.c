@@ -110,6 +110,80 @@ static void test_a_retry_asked_while_its_shard_drains_keeps_its_delay(void)
     recorder_free(&rec);
 }
 
+/*
+ * A read declares its cursor (its snapshot), then fetches. Found under load: the read's join
+ * checked the lease's expiry against clock_timestamp(), which a cursor evaluates when it fetches,
+ * on the shard's row as its snapshot saw it; fetched after that row's expiry, it skipped the shard
+ * whole, although renewals had moved the expiry on meanwhile, and the node held the shard on in the
+ * same epoch with the shard's timers unread (test_pg_cluster: a dead node's timers fired 200 s
+ * late). The hook holds each of b's takeover reads until the database's clock has passed the
+ * expiry the read's snapshot saw; b renews its lease meanwhile (a read takes no lock).
+ */
+static _Atomic(struct chime__backend *) read_b;
+static _Atomic int read_holds;        /* takeover reads held and let go */
+static _Atomic uint64_t read_polls;   /* b's polls when the first was let go */
+static _Atomic uint64_t read_epoch;   /* the epoch b held shard 0 in when the first was let go */
+static PGconn *read_c;                /* the hook's own connection */
+
+static void hold_a_takeover_past_its_snapshots_expiry(struct chime__backend *b, const char *since)
+{
+    if (b != atomic_load(&read_b) || since)
+        return; /* another node's read, or a poll */
+    /* the expiry the cursor's snapshot saw, or a later one (a renewal since) */
+    long long until = pg_value(read_c, "SELECT (extract(epoch FROM expires) * 1e6)::int8"
+                                       " FROM chime.shards WHERE shard = 0");
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "SELECT ((extract(epoch FROM clock_timestamp()) * 1e6)::int8 > %lld)::int", until);
+    while (pg_value(read_c, sql) != 1)
+        sleep_ms(5); /* waiting for the database's clock to pass it: nothing to wait on */
+    if (atomic_load(&read_holds) == 0) {
+        atomic_store(&read_polls, atomic_load(&b->polls));
+        atomic_store(&read_epoch, atomic_load(&b->shards[0].epoch));
+    }
+    atomic_fetch_add(&read_holds, 1);
+}
+
+static void test_a_takeover_fetched_after_the_expiry_its_snapshot_saw_still_reads_the_shard(void)
+{
+    CHECK_EQ(pg_cluster_db(&cluster, "lease_3", 1, 60, conninfo, sizeof conninfo), 0);
+    recorder_init(&rec, NULL);
+    read_c = pg_connect_or_die(conninfo);
+    chime__pg_read_hook = hold_a_takeover_past_its_snapshots_expiry;
+    /* A lease short enough that the wait stays within idle_in_transaction_session_timeout (1 s),
+     * which would otherwise end the loader's session while its cursor is held. */
+    uint64_t lease = 400 * MS;
+    chime_store *a = NULL, *b = NULL;
+    CHECK_EQ(pg_open_node(&a, conninfo, "a", &rec, lease, 0), 0); /* alone: it holds shard 0 */
+    char key[32];
+    pg_key_in_shard(key, sizeof key, "late", 0, 1);
+    CHECK_EQ(chime_store_put(a, key, strlen(key), "x", 1, wall_ns() + 3 * SEC), 0);
+    /* b after the put: its first poll's snapshot holds the put, so no poll of b reads it; only b's
+     * takeover, once a has gone, can */
+    CHECK_EQ(pg_open_node(&b, conninfo, "b", &rec, lease, 0), 0);
+    struct chime__backend *bb = b->b;
+    atomic_store(&read_b, bb);
+    CHECK_EQ(chime_store_close(a), 0); /* releases shard 0: b takes it over */
+    while (atomic_load(&read_holds) == 0)
+        sleep_ms(5); /* a poll on the hook's count */
+    /* b's loader polls only between its tasks: a poll after the hook means the takeover ended */
+    while (atomic_load(&bb->polls) <= atomic_load(&read_polls))
+        sleep_ms(5);
+    uint64_t epoch = atomic_load(&read_epoch);
+    CHECK(atomic_load(&bb->armed) > 0 || chime__pg_epoch_of(bb, 0) != epoch,
+          "the takeover read nothing, and b still holds shard 0 in epoch %llu: %s stays unread",
+          (unsigned long long)epoch, key);
+    struct firing f;
+    recorder_wait_key(&rec, key, 1, &f); /* a retake (b's lease lapsed) reads it again */
+    CHECK(pg_fence_epoch(f.fence) >= epoch, "%s fired in epoch %llu, before b's takeover", key,
+          (unsigned long long)pg_fence_epoch(f.fence));
+    atomic_store(&read_b, NULL);
+    CHECK_EQ(chime_store_close(b), 0);
+    chime__pg_read_hook = NULL;
+    PQfinish(read_c);
+    recorder_free(&rec);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -117,6 +191,8 @@ int main(void)
           test_a_lapse_seen_between_a_renewals_check_and_its_extension_ends_the_epoch },
         { "a_retry_asked_while_its_shard_drains_keeps_its_delay",
           test_a_retry_asked_while_its_shard_drains_keeps_its_delay },
+        { "a_takeover_fetched_after_the_expiry_its_snapshot_saw_still_reads_the_shard",
+          test_a_takeover_fetched_after_the_expiry_its_snapshot_saw_still_reads_the_shard },
     };
     return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
 }

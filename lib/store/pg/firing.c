@@ -11,6 +11,12 @@
  * not incremented), so a connection lost before its result simply runs it again, for the firings
  * whose lease this node still believes in; once a lease lapses locally its firings are -ESTALE,
  * so fire never waits longer than a lease for a database that is away.
+ * The expiry is checked on the row the statement locked (the s.expires in the join, not in the
+ * locking WHERE): a row the snapshot shows expired is never locked nor looked at again, although a
+ * renewal committed after the snapshot may have extended it, and a firing refused so in an epoch
+ * the node goes on holding is never armed again in it (statements.h: the same for ack, bury and
+ * retry). The locking WHERE has `expires > now()`, only not to lock rows expired before the
+ * transaction began.
  *
  * READS (P7). A read covers the owned shards, each in the epoch this node holds, and hands over
  * each pending version with part in [from, until), skipping versions whose firing this node
@@ -23,6 +29,18 @@
  * installed once (the logic skips a version it holds).
  * The fence handed over is the epoch the database confirmed, in the same statement. Rows come
  * through a cursor, 4096 at a time, so that the logic installs them while the rest is read.
+ *
+ * EXPIRY IN A READ is `expires > now()`: the lease unexpired when the read's transaction began, on
+ * the shard's row as the read's snapshot has it. Never clock_timestamp(): a cursor evaluates its
+ * join when it fetches, possibly after the expiry its snapshot shows although renewals committed
+ * since have moved it on, and then it skipped the shard whole, silently; the node held the shard on
+ * in the same epoch, and its timers stayed unread until the shard changed hands (test_pg_lease
+ * holds a takeover's cursor past that expiry; in test_pg_cluster under load, a dead node's timers
+ * fired 200 s after their takeover, as this makes them). now() loses nothing: a belief at the
+ * transaction's start rests on renewals answered before it, all in its snapshot, and ends a quarter
+ * lease before the expiry the last of them wrote (P2); so a row that shows the lease expired at
+ * now() means the belief had lapsed by then, and a lapse is followed by a retake in a new epoch,
+ * whose takeover reads again. A read takes no lock: fire() checks the fences it hands over.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -38,11 +56,11 @@
 static const char fire_sql[] =
     "WITH f AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int4[], $4::int4[], $5::int8[])"
     " WITH ORDINALITY AS f(key, version, attempt, shard, epoch, i)),"
-    " s AS MATERIALIZED (SELECT shard, epoch FROM chime.shards"
+    " s AS MATERIALIZED (SELECT shard, epoch, expires FROM chime.shards"
     " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $6 AND token = $7::int8"
-    " AND expires > clock_timestamp() ORDER BY shard FOR SHARE)"
+    " AND expires > now() ORDER BY shard FOR SHARE)"
     " UPDATE chime.keys k SET attempt = f.attempt, fire_epoch = f.epoch"
-    " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch"
+    " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch AND s.expires > clock_timestamp()"
     " WHERE k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL RETURNING f.i";
 
 static void be64(char out[8], uint64_t v)
@@ -159,7 +177,7 @@ static const char read_sql[] =
     " SELECT t.key, t.payload, t.due, k.version, k.attempt, t.shard, s.epoch"
     " FROM unnest($1::int4[], $2::int8[]) AS o(shard, epoch)"
     " JOIN chime.shards s ON s.shard = o.shard AND s.epoch = o.epoch AND s.owner = $3"
-    " AND s.token = $4::int8 AND s.expires > clock_timestamp()"
+    " AND s.token = $4::int8 AND s.expires > now()"
     " JOIN chime.timers t ON t.shard = s.shard AND t.part >= $5::int8 AND t.part < $6::int8"
     " JOIN chime.keys k ON k.key = t.key AND k.version = t.version AND k.end_epoch IS NULL"
     " AND k.fire_epoch <> s.epoch";
@@ -178,9 +196,11 @@ static const char poll_sql[] =
     " SELECT t.key, t.payload, t.due, k.version, k.attempt, t.shard, s.epoch"
     " FROM t JOIN unnest($1::int4[], $2::int8[]) AS o(shard, epoch) ON o.shard = t.shard"
     " JOIN chime.shards s ON s.shard = o.shard AND s.epoch = o.epoch AND s.owner = $3"
-    " AND s.token = $4::int8 AND s.expires > clock_timestamp()"
+    " AND s.token = $4::int8 AND s.expires > now()"
     " JOIN chime.keys k ON k.key = t.key AND k.version = t.version AND k.end_epoch IS NULL"
     " AND k.fire_epoch <> s.epoch";
+
+void (*chime__pg_read_hook)(struct chime__backend *b, const char *since);
 
 static int run(struct pg_conn *pc, const char *sql, PGresult **out)
 {
@@ -222,6 +242,8 @@ int chime__pg_read_cursor(struct chime__backend *b, struct pg_conn *pc, const in
         rc = chime__pg_status(pc, r);
         PQclear(r);
     }
+    if (rc == PG_OK && chime__pg_read_hook)
+        chime__pg_read_hook(b, since);
     int stop = 0;
     while (rc == PG_OK && !stop) {
         PGresult *r = NULL;

@@ -249,7 +249,7 @@ static const char fetch_sql[] =
     " FROM unnest($1::bytea[]) AS q(key)"
     " JOIN chime.keys k ON k.key = q.key AND k.end_epoch IS NULL"
     " JOIN chime.shards s ON s.shard = k.shard AND s.owner = $2 AND s.token = $3::int8"
-    " AND s.expires > clock_timestamp() AND k.fire_epoch <> s.epoch"
+    " AND s.expires > now() AND k.fire_epoch <> s.epoch"
     " JOIN chime.timers t ON t.shard = k.shard AND t.part = k.part AND t.key = k.key"
     " AND t.version = k.version WHERE t.part < $4::int8";
 

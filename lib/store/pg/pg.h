@@ -20,11 +20,14 @@
  * a node's). Only the owner fires a shard's timers. Any node puts and cancels any key.
  *
  * EPOCHS AND FENCES. Each acquisition of a shard increments its epoch (renewals keep it). A timer is
- * handed to the logic with fence = epoch << 16 | shard. Every statement that acts as the owner
- * (load, fire, ack, bury, retry) joins chime.shards on (shard, owner, token, epoch, expires >
- * clock_timestamp()) and locks those rows FOR SHARE; an acquisition is an UPDATE of the same row.
- * So the two exclude each other: an owner's write commits either before the next epoch begins (and
- * the next owner's loads see it) or not at all.
+ * handed to the logic with fence = epoch << 16 | shard. Every statement that writes as the owner
+ * (fire, ack, bury, retry) locks its shards' rows of chime.shards FOR SHARE (shard, owner, token,
+ * not expired when its transaction began) and then checks, on the rows it locked, epoch and
+ * expires > clock_timestamp(); an acquisition is an UPDATE of the same row. So the two exclude
+ * each other: an owner's write commits either before the next epoch begins (and the next owner's
+ * loads see it) or not at all. Reads (load, takeover, poll, notified keys) join on (shard, owner,
+ * token, epoch, expires > now()) and lock nothing (firing.c, EXPIRY IN A READ, and FIRE: why never
+ * clock_timestamp() against a snapshot's row).
  *
  * INVARIANTS (each is argued where the code keeps it; the tests crash, pause and restart against
  * them):
@@ -309,6 +312,10 @@ extern void (*chime__pg_renew_hook)(struct chime__backend *b, unsigned shard);
 /* backend.c. Tests only: called by chime_store_dead_list each time it waits to try again (a lost
  * connection). */
 extern void (*chime__pg_dead_list_retry_hook)(void);
+
+/* firing.c. Tests only: called by a read once its cursor is declared (its snapshot taken) and
+ * before its first FETCH; since as chime__pg_read_cursor's (NULL: a load or a takeover). */
+extern void (*chime__pg_read_hook)(struct chime__backend *b, const char *since);
 
 /* lanes.c */
 int chime__pg_lanes_start(struct chime__backend *b);

@@ -5,9 +5,13 @@
  * transactions lock the rows of keys they share in the same order (a deadlock is retried, but costs
  * a round trip).
  *
- * Owner statements (ack, bury, retry) lock the shard rows they act for FOR SHARE, after checking
- * owner, token, epoch and expiry by the database's clock; an acquisition updates those rows, so it
- * waits for them and they fail after it (pg.h, P1).
+ * Owner statements (ack, bury, retry) lock the shard rows they act for FOR SHARE (owner and token,
+ * and not expired before the transaction began), then check epoch and expiry by the database's
+ * clock on the rows they locked: an acquisition updates those rows, so it waits for them and they
+ * fail after it (pg.h, P1). The expiry is checked after the lock, as clock_timestamp() against the
+ * row locked (the latest version), never in the locking WHERE, which sees the row as the
+ * statement's snapshot has it: a renewal committed since is not there, so a shard whose renewed
+ * lease looked expired was skipped, not locked, and its outcomes refused (firing.c, FIRE).
  */
 #ifndef CHIME_STORE_PG_STATEMENTS_H
 #define CHIME_STORE_PG_STATEMENTS_H
@@ -47,12 +51,13 @@
     "WITH f AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int4[], $4::int8[], $5::int8[]," \
     " $6::int8[], $7::int4[], $8::bytea[]) WITH ORDINALITY"                                        \
     " AS f(key, if_version, shard, epoch, due, part, attempt, payload, i)),"                       \
-    " s AS MATERIALIZED (SELECT shard, epoch FROM chime.shards"                                    \
+    " s AS MATERIALIZED (SELECT shard, epoch, expires FROM chime.shards"                           \
     " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $9 AND token = $10::int8" \
-    " AND expires > clock_timestamp() ORDER BY shard FOR SHARE),"                                  \
+    " AND expires > now() ORDER BY shard FOR SHARE),"                                              \
     " v AS MATERIALIZED " PG_VERSION_BASE ","                                                      \
     " g AS MATERIALIZED (SELECT f.*, v.base + f.i AS nv FROM v, f"                                 \
-    " JOIN s ON s.shard = f.shard AND s.epoch = f.epoch ORDER BY f.key),"                          \
+    " JOIN s ON s.shard = f.shard AND s.epoch = f.epoch AND s.expires > clock_timestamp()"         \
+    " ORDER BY f.key),"                                                                            \
     " k AS (UPDATE chime.keys k SET version = g.nv, part = g.part, attempt = g.attempt,"           \
     " fire_epoch = 0 FROM g WHERE k.key = g.key AND k.version = g.if_version"                      \
     " AND k.end_epoch IS NULL RETURNING k.key, k.version),"                                        \
@@ -75,11 +80,12 @@
 #define PG_SQL_ACK                                                                                 \
     "WITH f AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int4[], $4::int8[])"             \
     " AS f(key, version, shard, epoch)),"                                                          \
-    " s AS MATERIALIZED (SELECT shard, epoch FROM chime.shards"                                    \
+    " s AS MATERIALIZED (SELECT shard, epoch, expires FROM chime.shards"                           \
     " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $5 AND token = $6::int8"  \
-    " AND expires > clock_timestamp() ORDER BY shard FOR SHARE)"                                   \
+    " AND expires > now() ORDER BY shard FOR SHARE)"                                               \
     " UPDATE chime.keys k SET end_epoch = f.epoch, ended_at = clock_timestamp()"                   \
     " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch"                                    \
+    " AND s.expires > clock_timestamp()"                                                           \
     " WHERE k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL"
 
 /* Burials: $1 keys, $2 versions, $3 shards, $4 epochs, $5 dues, $6 attempts, $7 payloads,
@@ -88,11 +94,12 @@
 #define PG_SQL_BURY                                                                                \
     "WITH f AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int4[], $4::int8[], $5::int8[]," \
     " $6::int4[], $7::bytea[]) AS f(key, version, shard, epoch, due, attempt, payload)),"          \
-    " s AS MATERIALIZED (SELECT shard, epoch FROM chime.shards"                                    \
+    " s AS MATERIALIZED (SELECT shard, epoch, expires FROM chime.shards"                           \
     " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $8 AND token = $9::int8"  \
-    " AND expires > clock_timestamp() ORDER BY shard FOR SHARE),"                                  \
+    " AND expires > now() ORDER BY shard FOR SHARE),"                                              \
     " k AS (UPDATE chime.keys k SET end_epoch = f.epoch, ended_at = clock_timestamp()"             \
     " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch"                                    \
+    " AND s.expires > clock_timestamp()"                                                           \
     " WHERE k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL RETURNING k.key)"      \
     " INSERT INTO chime.dead AS d (key, shard, due, attempt, payload, died)"                       \
     " SELECT f.key, f.shard, f.due, f.attempt, f.payload, clock_timestamp() FROM f"                \
