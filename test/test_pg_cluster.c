@@ -125,6 +125,32 @@ static void load_at_least(struct fleet *f, unsigned ms)
     }
 }
 
+/* A clue for a timer that does not fire: its key's row, its shard's lease, and the shard's
+ * acquisitions, as the database has them. */
+static void pg_dump_key(PGconn *c, const char *key)
+{
+    const char *v[1] = { key };
+    PGresult *r = PQexecParams(
+        c,
+        "SELECT k.version, k.attempt, k.fire_epoch, coalesce(k.end_epoch::text, '-'), k.shard,"
+        " coalesce(s.owner, '-'), s.epoch, s.expires > now(), t.due, t.tx,"
+        " (SELECT string_agg(l.epoch || ':' || l.owner || '@' || to_char(l.acquired, 'MI:SS.MS'),"
+        " ' ' ORDER BY l.epoch) FROM chime.leases l WHERE l.shard = k.shard)"
+        " FROM chime.keys k JOIN chime.shards s ON s.shard = k.shard"
+        " LEFT JOIN chime.timers t ON t.key = k.key AND t.version = k.version"
+        " WHERE k.key = convert_to($1, 'UTF8')",
+        1, NULL, v, NULL, NULL, 0);
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+        printf("#     version %s attempt %s fire_epoch %s end_epoch %s shard %s: owner %s epoch %s"
+               " unexpired %s; due %s tx %s; leases %s\n", PQgetvalue(r, 0, 0),
+               PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2), PQgetvalue(r, 0, 3), PQgetvalue(r, 0, 4),
+               PQgetvalue(r, 0, 5), PQgetvalue(r, 0, 6), PQgetvalue(r, 0, 7), PQgetvalue(r, 0, 8),
+               PQgetvalue(r, 0, 9), PQgetvalue(r, 0, 10));
+    else
+        printf("#     (no row: %s)\n", PQerrorMessage(c));
+    PQclear(r);
+}
+
 /* Read every log and wait until every expected put has fired and nothing is pending. */
 static void settle(struct pg_oracle *o, struct fleet *f)
 {
@@ -141,9 +167,11 @@ static void settle(struct pg_oracle *o, struct fleet *f)
             printf("# still waiting: %zu acknowledged puts not fired, %lld pending\n",
                    pg_oracle_unfired(o), pg_value(f->c, "SELECT count(*) FROM chime.pending"));
             for (size_t i = 0, k = 0; i < o->nputs && k < 5; i++)
-                if (o->puts[i].expected && !o->puts[i].fires && ++k)
+                if (o->puts[i].expected && !o->puts[i].fires && ++k) {
                     printf("#   %s (key %s, shard %u)\n", o->puts[i].payload, o->puts[i].key,
                            chime__pg_shard_of(o->puts[i].key, strlen(o->puts[i].key), SHARDS));
+                    pg_dump_key(f->c, o->puts[i].key);
+                }
             fflush(stdout);
         }
         sleep_ms(50);
