@@ -2,6 +2,7 @@
 /* The reference timer structure: see reference.h. Slow on purpose: obviously right is the point. */
 #include "reference.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,7 @@ void ref_schedule(struct ref *r, uint64_t deadline, uint64_t period, uint64_t ha
         .period = period,
         .handle = handle,
         .tag = tag,
+        .next_call = r->firing && deadline <= r->now,
     });
 }
 
@@ -85,31 +87,83 @@ size_t ref_advance(struct ref *r, uint64_t T, struct ref_fired **out, size_t *ou
     return ref_advance_some(r, T, SIZE_MAX, out, out_cap, dead, ndead, dead_cap);
 }
 
+/* Index of the first timer this call may fire, or r->n. */
+static size_t first_eligible(const struct ref *r)
+{
+    size_t i = 0;
+    while (i < r->n && r->v[i].next_call)
+        i++;
+    return i;
+}
+
+/* The call ends at r->now: what its callbacks made due goes behind everything due by then, in the
+ * order it was made (their keys were now as it grew, so that is their order in the array). */
+static void end_call(struct ref *r)
+{
+    r->firing = false;
+    struct ref_timer *moved = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < r->n;) {
+        if (!r->v[i].next_call) {
+            i++;
+            continue;
+        }
+        moved = grow(moved, &cap, n + 1, sizeof(*moved));
+        moved[n++] = r->v[i];
+        ref_remove(r, i);
+    }
+    for (size_t k = 0; k < n; k++) {
+        moved[k].key = r->now;
+        moved[k].seq = ++r->seq;
+        insert_sorted(r, moved[k]);
+    }
+    free(moved);
+}
+
 size_t ref_advance_some(struct ref *r, uint64_t T, size_t limit, struct ref_fired **out,
                         size_t *out_cap, uint64_t **dead, size_t *ndead, size_t *dead_cap)
 {
     if (T < r->now)
         return 0;
-    size_t fired = 0;
-    while (r->n && r->v[0].key <= T) {
-        if (fired == limit)
-            return fired; /* now stays at the last key fired */
-        struct ref_timer t = r->v[0];
-        ref_remove(r, 0);
+    for (size_t i = 0; i < r->n; i++)
+        r->v[i].next_call = false; /* made due by the last call: this one fires them */
+    r->firing = true;
+    size_t fired = 0, i;
+    while ((i = first_eligible(r)) < r->n && r->v[i].key <= T) {
+        if (fired == limit) {
+            end_call(r); /* now stays at the last key fired */
+            return fired;
+        }
+        struct ref_timer t = r->v[i];
+        ref_remove(r, i);
         if (t.key > r->now)
             r->now = t.key;
         *out = grow(*out, out_cap, fired + 1, sizeof(**out));
         (*out)[fired++] = (struct ref_fired){ .tag = t.tag, .now = r->now };
+        bool rearmed = false;
         if (t.period) {
             uint64_t passed = (T - t.deadline) / t.period; /* + 1 could wrap: compare first */
             if (passed < (UINT64_MAX - t.deadline) / t.period) {
                 ref_schedule(r, t.deadline + (passed + 1) * t.period, t.period, t.handle, t.tag);
-                continue;
+                rearmed = true;
             }
         }
-        *dead = grow(*dead, dead_cap, *ndead + 1, sizeof(**dead));
-        (*dead)[(*ndead)++] = t.handle;
+        if (!rearmed) {
+            *dead = grow(*dead, dead_cap, *ndead + 1, sizeof(**dead));
+            (*dead)[(*ndead)++] = t.handle;
+        }
+        if (r->on_fire)
+            r->on_fire(r, &t, r->hook_arg);
     }
     r->now = T;
+    end_call(r);
     return fired;
+}
+
+void ref_stop_at(struct ref *r, uint64_t now)
+{
+    r->now = now;
+    for (size_t i = 0; i < r->n; i++)
+        if (r->v[i].next_call && r->v[i].key > now)
+            r->v[i].key = now; /* they were moved to the old now: nothing lies between */
 }

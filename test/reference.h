@@ -7,10 +7,16 @@
  *     max(now, key); a periodic timer re-arms before it is reported, at the first
  *     deadline + k*period > T (k >= 1), and ends if that passes UINT64_MAX;
  *   - then now = T. T < now does nothing.
+ * Callbacks that act on the structure (an optional hook, for the fuzz target's re-entrant mode):
+ * a timer scheduled or rescheduled while one fires, for a tick not after the current one
+ * (key == now), waits for the next call (flag next_call); when the call ends, such timers take
+ * now as their key, in the order they were made, behind everything else due then (chime_wheel:
+ * the due array, fired after the rest of a half-fired tick, in arrival order).
  */
 #ifndef CHIME_TEST_REFERENCE_H
 #define CHIME_TEST_REFERENCE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,16 +24,25 @@ struct ref_timer {
     uint64_t key, seq, deadline, period;
     uint64_t handle; /* the subject's id for this timer */
     uint64_t tag;    /* what its callback reports */
+    bool next_call;  /* made due by a callback of the current or last call: not fired by it */
 };
 
 struct ref_fired {
     uint64_t tag, now;
 };
 
+struct ref;
+/* Called for each timer fired, after it is reported (and a periodic one re-armed), with a copy of
+ * it; it may schedule, remove and reschedule. */
+typedef void ref_hook(struct ref *r, const struct ref_timer *fired, void *arg);
+
 struct ref {
     uint64_t now, seq;
     struct ref_timer *v; /* sorted by (key, seq) */
     size_t n, cap;
+    bool firing;         /* inside ref_advance_some */
+    ref_hook *on_fire;   /* optional */
+    void *hook_arg;
 };
 
 void ref_init(struct ref *r, uint64_t start);
@@ -46,5 +61,9 @@ size_t ref_advance(struct ref *r, uint64_t T, struct ref_fired **out, size_t *ou
  * key of the last one fired. */
 size_t ref_advance_some(struct ref *r, uint64_t T, size_t limit, struct ref_fired **out,
                         size_t *out_cap, uint64_t **dead, size_t *ndead, size_t *dead_cap);
+/* Take the subject's time after a bounded advance: `now`, not after r->now. The wheel may stop
+ * short of T on a cascade though the reference fired all it had: the timers this call's callbacks
+ * made due (given r->now as key) then come back to `now` with it. */
+void ref_stop_at(struct ref *r, uint64_t now);
 
 #endif /* CHIME_TEST_REFERENCE_H */

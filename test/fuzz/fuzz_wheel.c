@@ -12,7 +12,9 @@
  * call must succeed or return -ENOMEM having changed nothing, advances may stop early (the reference
  * then goes only as far as the wheel got), and the check is that the one-shot firings of all advances
  * put together are the reference's, in order, once memory is back and everything has been advanced
- * to the end of time.
+ * to the end of time. Otherwise, in one input in four, callbacks act on the wheel during the
+ * advance (schedule, cancel, reschedule: the re-entrant mode below), and the reference applies the
+ * same actions at the same point of its own firing sequence.
  *
  * Build and run: see .ci/run (clang, -Dfuzz=enabled); `fuzz_wheel -max_total_time=60 CORPUS`.
  * test/fuzz/corpus/ holds inputs that once failed; CI starts from them.
@@ -31,6 +33,7 @@
 
 #define MAX_LIVE 512 /* the reference is O(n) per operation: keep it quick */
 #define MAX_STEPS 2048
+#define MAX_TAGS (4 * MAX_STEPS) /* timers made in all, callbacks' included */
 
 #define EXPECT(cond, ...)                                  \
     do {                                                   \
@@ -77,8 +80,66 @@ static uint64_t sat_add(uint64_t a, uint64_t b)
 static chime_wheel *wheel;
 static struct ref_fired *got;
 static size_t ngot, got_cap;
-static uint64_t deadline_of[MAX_STEPS + 1]; /* by tag: a firing before it is early */
-static bool periodic_tag[MAX_STEPS + 1];
+static uint64_t ntags;                     /* tags handed out: 1 to ntags */
+static uint64_t deadline_of[MAX_TAGS + 1]; /* by tag: a firing before it is early */
+static bool periodic_tag[MAX_TAGS + 1];
+static void act(uint64_t tag);
+
+/* ---- re-entrant mode: callbacks that act on the wheel ----
+ *
+ * A timer marked `acting` reads, each time it fires, up to four actions from the input and
+ * applies them to the wheel from inside its callback: schedule a one-shot or periodic timer (which
+ * may act in turn), cancel or reschedule a timer by tag (one made recently, any one, or itself),
+ * advance (which must do nothing from a callback), or look at pending() and next(). Each action
+ * and what the wheel answered is logged; the reference's hook (replay) applies the same action at
+ * the same firing of its own sequence, computing deadlines from its own now, and checks the
+ * answers. Only without memory failures: the mode is chosen by the mode byte. */
+enum { ACT_NONE, ACT_SCHEDULE, ACT_SCHEDULE2, ACT_EVERY, ACT_CANCEL, ACT_RESCHEDULE, ACT_SELF,
+       ACT_CALL };
+
+struct cb_act {
+    size_t firing;        /* index in got[] of the firing whose callback acted */
+    unsigned kind, dmode; /* ACT_SELF is logged as ACT_CANCEL or ACT_RESCHEDULE */
+    uint64_t raw, period; /* the deadline's input (cb_deadline), the new timer's period */
+    uint64_t tag;         /* the new timer's, or the target's */
+    chime_id id;          /* the new timer's id, or the target's */
+    uint64_t d;           /* the deadline the wheel was given */
+    int rc;               /* what the wheel returned (ACT_CALL: next()) */
+    uint64_t pending, next; /* ACT_CALL: what the wheel said */
+};
+
+static bool reentrant;
+static struct input *cb_in; /* where callbacks read their actions */
+static bool acting[MAX_TAGS + 1];
+static chime_id id_of[MAX_TAGS + 1];
+static struct cb_act *acts;
+static size_t nacts, acts_cap, replayed, replayed_acts;
+
+/* A deadline relative to now (now: chime_wheel_now() inside the callback, or the reference's). */
+static uint64_t cb_deadline(uint64_t now, unsigned dmode, uint64_t raw)
+{
+    switch (dmode) {
+    case 0: return sat_add(now, raw);                       /* later, or now if raw is 0 */
+    case 1: return now - (raw % 256 < now ? raw % 256 : now); /* at or before now */
+    case 2: return now;                                     /* the tick being fired */
+    default: return raw;                                    /* absolute: often in the past */
+    }
+}
+
+static uint64_t cb_raw(unsigned dmode)
+{
+    return dmode == 1 ? take(cb_in, 1) : dmode == 2 ? 0 : distance(cb_in);
+}
+
+static void log_act(const struct cb_act *a)
+{
+    if (nacts == acts_cap) {
+        acts_cap = acts_cap ? 2 * acts_cap : 64;
+        acts = realloc(acts, acts_cap * sizeof(*acts));
+        EXPECT(acts, "out of memory");
+    }
+    acts[nacts++] = *a;
+}
 
 static void record(void *arg)
 {
@@ -91,6 +152,117 @@ static void record(void *arg)
         EXPECT(got, "out of memory");
     }
     got[ngot++] = (struct ref_fired){ .tag = tag, .now = chime_wheel_now(wheel) };
+    if (reentrant && acting[tag])
+        act(tag);
+}
+
+static void act(uint64_t self)
+{
+    for (int k = 0; k < 4; k++) {
+        uint8_t b = (uint8_t)take(cb_in, 1);
+        uint64_t now = chime_wheel_now(wheel);
+        struct cb_act a = { .firing = ngot - 1, .kind = b & 7, .dmode = (b >> 3) & 3 };
+        switch (a.kind) {
+        case ACT_NONE:
+            return;
+        case ACT_SCHEDULE: case ACT_SCHEDULE2: case ACT_EVERY:
+            if (ntags == MAX_TAGS || chime_wheel_pending(wheel) >= MAX_LIVE)
+                return;
+            a.kind = a.kind == ACT_EVERY ? ACT_EVERY : ACT_SCHEDULE;
+            a.raw = cb_raw(a.dmode);
+            a.d = cb_deadline(now, a.dmode, a.raw);
+            a.period = a.kind == ACT_EVERY ? 1 + distance(cb_in) % (UINT64_C(1) << 40) : 0;
+            a.tag = ++ntags;
+            deadline_of[a.tag] = a.d;
+            periodic_tag[a.tag] = a.period != 0;
+            acting[a.tag] = b & 0x40;
+            a.rc = a.period ? chime_wheel_schedule_every(wheel, a.d, a.period, record,
+                                                         (void *)(uintptr_t)a.tag, &a.id)
+                            : chime_wheel_schedule(wheel, a.d, record, (void *)(uintptr_t)a.tag,
+                                                   &a.id);
+            EXPECT(a.rc == 0 && a.id, "callback of %" PRIu64 ": schedule returned %d", self, a.rc);
+            id_of[a.tag] = a.id;
+            break;
+        case ACT_CANCEL: case ACT_RESCHEDULE: case ACT_SELF:
+            if (a.kind == ACT_SELF) {
+                a.tag = self;
+                a.kind = b & 0x40 ? ACT_RESCHEDULE : ACT_CANCEL;
+            } else {
+                uint64_t t = take(cb_in, 1); /* mostly one of the latest timers */
+                a.tag = t < 0x80 ? ntags - t % ntags : 1 + take(cb_in, 2) % ntags;
+            }
+            a.id = id_of[a.tag];
+            if (a.kind == ACT_CANCEL) {
+                a.rc = chime_wheel_cancel(wheel, a.id);
+            } else {
+                a.raw = cb_raw(a.dmode);
+                a.d = cb_deadline(now, a.dmode, a.raw);
+                a.rc = chime_wheel_reschedule(wheel, a.id, a.d);
+                if (a.rc == 0)
+                    deadline_of[a.tag] = a.d;
+            }
+            break;
+        default: /* ACT_CALL: an advance does nothing from a callback; pending() and next() */
+            if (b & 0x40) {
+                uint64_t to = sat_add(now, distance(cb_in));
+                size_t n = ngot, ran = chime_wheel_advance(wheel, to);
+                EXPECT(ran == 0 && ngot == n && chime_wheel_now(wheel) == now,
+                       "callback of %" PRIu64 ": advance to %" PRIu64 " ran %zu", self, to, ran);
+                break;
+            }
+            a.pending = chime_wheel_pending(wheel);
+            a.rc = chime_wheel_next(wheel, &a.next);
+            break;
+        }
+        if (a.kind != ACT_CALL || !(b & 0x40))
+            log_act(&a);
+        if (!(b & 0x80))
+            return;
+    }
+}
+
+/* The reference's hook: the wheel's callbacks have run (the wheel advances first); check that this
+ * firing is the wheel's next one and apply what its callback did, from the reference's own now. */
+static void replay(struct ref *r, const struct ref_timer *t, void *arg)
+{
+    (void)arg;
+    size_t k = replayed++;
+    uint64_t first;
+    EXPECT(k < ngot && got[k].tag == t->tag && got[k].now == r->now, "firing %zu: reference fires"
+           " timer %" PRIu64 " at %" PRIu64 ", the wheel %" PRIu64 " at %" PRIu64, k, t->tag,
+           r->now, k < ngot ? got[k].tag : 0, k < ngot ? got[k].now : 0);
+    for (; replayed_acts < nacts && acts[replayed_acts].firing == k; replayed_acts++) {
+        const struct cb_act *a = &acts[replayed_acts];
+        uint64_t d = cb_deadline(r->now, a->dmode, a->raw);
+        long i = a->kind == ACT_SCHEDULE || a->kind == ACT_EVERY ? -1 : ref_find(r, a->id);
+        switch (a->kind) {
+        case ACT_SCHEDULE: case ACT_EVERY:
+            EXPECT(a->d == d && ref_find(r, a->id) < 0, "firing %zu: schedule at %" PRIu64
+                   " (reference %" PRIu64 ") or id reused while live", k, a->d, d);
+            ref_schedule(r, d, a->period, a->id, a->tag);
+            break;
+        case ACT_CANCEL: case ACT_RESCHEDULE:
+            EXPECT(a->rc == (i >= 0 ? 0 : -ENOENT), "firing %zu: %s of timer %" PRIu64 " returned "
+                   "%d, reference %s", k, a->kind == ACT_CANCEL ? "cancel" : "reschedule", a->tag,
+                   a->rc, i >= 0 ? "pending" : "not pending");
+            if (i >= 0 && a->kind == ACT_CANCEL)
+                ref_remove(r, (size_t)i);
+            else if (i >= 0)
+                ref_reschedule(r, (size_t)i, d);
+            break;
+        default:
+            EXPECT(a->pending == r->n, "firing %zu: pending %" PRIu64 " in a callback, reference "
+                   "%zu", k, a->pending, r->n);
+            /* a value <= now says "advance now" (chime.h): from a callback, with timers left to
+             * fire at now, the wheel says now even when a timer made due earlier in this call
+             * has an earlier key */
+            first = r->n && r->v[0].key > r->now ? r->v[0].key : r->now;
+            EXPECT(r->n ? a->rc == 0 && a->next <= first : a->rc == -ENOENT, "firing %zu: next in"
+                   " a callback %d %" PRIu64 ", reference's earliest %" PRIu64 " (now %" PRIu64 ")",
+                   k, a->rc, a->next, r->n ? r->v[0].key : 0, r->now);
+            break;
+        }
+    }
 }
 
 static const struct chime_wheel_config presets[] = {
@@ -153,30 +325,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t mode = (uint8_t)take(&in, 1);
     bool oom = (mode & 7) == 7; /* one input in eight runs out of memory */
     long fail_at = oom ? (long)take(&in, 2) % 512 : -1;
+    reentrant = !oom && (mode & 0x18) == 0x18; /* one in four of the rest */
+    cb_in = &in;
 
     EXPECT(chime_wheel_new(&wheel, &cfg) == 0, "chime_wheel_new failed");
     struct ref ref;
     ref_init(&ref, cfg.start);
+    if (reentrant)
+        ref.on_fire = replay;
     struct ref_fired *want = NULL, *all_want = NULL;
     size_t want_cap = 0, nall = 0, ndead = 0, dead_cap = 0;
-    uint64_t *dead = NULL, tags = 0;
-    ngot = 0;
+    uint64_t *dead = NULL;
+    ngot = ntags = nacts = replayed = replayed_acts = 0;
     chime__alloc_fail_after(fail_at);
 
     for (size_t step = 0; step < MAX_STEPS && in.p < in.end; step++) {
         uint64_t now = ref.now;
         uint8_t op = (uint8_t)take(&in, 1);
-        if (op < 80 && ref.n < MAX_LIVE) { /* schedule, one in five periodic */
+        if (op < 80 && ref.n < MAX_LIVE && ntags < MAX_TAGS) { /* schedule, one in five periodic */
             uint64_t back = op % 16 == 0 ? take(&in, 1) : 0; /* in the past: due at once */
             uint64_t d = back ? (back > now ? 0 : now - back) : sat_add(now, distance(&in));
             uint64_t period = op % 5 == 0 ? 1 + distance(&in) % (UINT64_C(1) << 40) : 0;
             chime_id id = 0;
-            uint64_t tag = ++tags;
+            uint64_t tag = ++ntags;
             int rc = period ? chime_wheel_schedule_every(wheel, d, period, record, (void *)(uintptr_t)tag, &id)
                             : chime_wheel_schedule(wheel, d, record, (void *)(uintptr_t)tag, &id);
             EXPECT(rc == 0 || (oom && rc == -ENOMEM), "step %zu: schedule returned %d", step, rc);
             deadline_of[tag] = d;
             periodic_tag[tag] = period != 0;
+            acting[tag] = reentrant && op & 32;
+            id_of[tag] = id;
             if (rc == 0) {
                 EXPECT(id != 0 && ref_find(&ref, id) < 0, "step %zu: id 0 or reused while live", step);
                 ref_schedule(&ref, d, period, id, tag);
@@ -233,14 +411,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                        ", reference %" PRIu64 " at %" PRIu64, step, k, got[before + k].tag,
                        got[before + k].now, want[k].tag, want[k].now);
             uint64_t at = chime_wheel_now(wheel);
+            size_t first = 0; /* what callbacks made due waits for the next call */
+            while (first < ref.n && ref.v[first].next_call)
+                first++;
             if (done) { /* everything due by target has fired */
-                EXPECT(at == target && (!ref.n || ref.v[0].key > target), "step %zu: done at %"
-                       PRIu64 " short of %" PRIu64 " or with timers due", step, at, target);
+                EXPECT(at == target && (first == ref.n || ref.v[first].key > target), "step %zu: "
+                       "done at %" PRIu64 " short of %" PRIu64 " or with timers due", step, at,
+                       target);
             } else { /* stopped at the limit, at the last firing's tick (where it began if none) */
                 EXPECT(n == limit && at == (n ? want[n - 1].now : now), "step %zu: paused at %"
                        PRIu64 " after %zu firings", step, at, n);
             }
-            ref.now = at; /* later schedules are placed against the wheel's time (chime.h) */
+            ref_stop_at(&ref, at); /* later schedules are placed against the wheel's time */
             all_want = realloc(all_want, (nall + nwant + 1) * sizeof(*all_want));
             EXPECT(all_want, "out of memory");
             if (nwant)
@@ -275,6 +457,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 memcpy(all_want + nall, want, nwant * sizeof(*want));
             nall += nwant;
         }
+        EXPECT(!reentrant || (replayed == ngot && replayed_acts == nacts), "step %zu: the wheel"
+               " fired %zu and its callbacks acted %zu times, the reference %zu and %zu", step,
+               ngot, nacts, replayed, replayed_acts);
         if (!oom)
             EXPECT(chime_wheel_pending(wheel) == ref.n, "step %zu: pending %zu, reference %zu", step,
                    chime_wheel_pending(wheel), ref.n);
