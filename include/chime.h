@@ -210,7 +210,9 @@ CHIME_API size_t chime_wheel_advance(chime_wheel *w, uint64_t now);
 /*
  * When to call chime_wheel_advance() next: never later than the earliest pending deadline; exact
  * when that timer sits in the lowest level, otherwise the start of the slot it must first cascade
- * from. A value <= chime_wheel_now() means "advance now": a timer is already due.
+ * from. A value <= chime_wheel_now() means "advance now": a timer is already due. (From inside a
+ * callback, while timers due by the current tick are still to fire, it is chime_wheel_now(), which
+ * can be later than the deadline of a timer that callback scheduled in the past: both mean "due".)
  * @deadline: receives the time; untouched on error.
  * Return: 0; -ENOENT if no timer is pending; -EINVAL if w or deadline is NULL.
  * Complexity: O(1): one bit search in the lowest occupied level, no list walk.
