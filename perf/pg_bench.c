@@ -435,6 +435,15 @@ int main(int argc, char **argv)
         pg_cluster_stop(&cluster);
         return 0;
     }
+    const char *fire_only = getenv("PG_BENCH_FIRE_ONLY"); /* a shortcut: its value, a put rate */
+    if (fire_only) {
+        threads = 64;
+        db("fire", conninfo, sizeof conninfo);
+        printf("fire_ack: %.0f timers/s (%u due at one instant)\n",
+               fire_ack_rate(conninfo, atof(fire_only)), fire_n);
+        pg_cluster_stop(&cluster);
+        return 0;
+    }
     int puts_only = getenv("PG_BENCH_PUTS_ONLY") != NULL; /* a shortcut while working on puts */
     if (!puts_only)
         baselines();

@@ -157,8 +157,14 @@ struct chime__backend_stats {
     uint64_t bytes;          /* bytes held on disk (0 if not known) */
 };
 
+#define CHIME__FIRE_BATCH_MAX 4096 /* the dispatcher's arrays (fire.c) */
+
 struct chime__backend_ops {
     const char *name;
+    /* Firings handed to fire() in one call at most (1 to CHIME__FIRE_BATCH_MAX; 0: the maximum).
+     * One commit serves them all: the journal's is a group commit, cheap to widen; a PostgreSQL
+     * statement locks every row it fires until it commits. */
+    unsigned fire_batch;
 
     /*
      * Open the backend for cfg (cfg->path for the journal) and recover (D6). Loads nothing (the

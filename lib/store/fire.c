@@ -42,7 +42,9 @@
 #include "store/deadline.h"
 #include "store/store.h"
 
-#define BATCH 1024 /* firings recorded per backend call at most */
+/* Firings recorded per backend call at most: the backend's fire_batch (backend.h). The arrays are
+ * the dispatcher's (struct dispatch_buf), on the heap, not on its stack (256 KiB). */
+#define BATCH CHIME__FIRE_BATCH_MAX
 #define NS_PER_S UINT64_C(1000000000)
 
 static _Thread_local const struct chime_store *tls_handler_store;
@@ -320,11 +322,17 @@ static void run_handler(void *arg)
     chime__store_finish(s, e, rc);
 }
 
+struct dispatch_buf {
+    struct hot *batch[BATCH];      /* taken from the queue */
+    struct hot *live[BATCH];       /* of those, the ones not cancelled meanwhile */
+    struct chime__firing f[BATCH]; /* their firings, for the backend */
+};
+
 /* Record the firings of a batch taken from the queue and hand out their handlers. */
-static void fire_batch(struct chime_store *s, struct hot **batch, size_t n)
+static void fire_batch(struct chime_store *s, struct dispatch_buf *d, size_t n)
 {
-    struct chime__firing f[BATCH];
-    struct hot *live[BATCH];
+    struct hot **batch = d->batch, **live = d->live;
+    struct chime__firing *f = d->f;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         struct hot *e = batch[i];
@@ -422,7 +430,7 @@ static size_t allowance(struct chime_store *s, size_t want, uint64_t *wait_ns)
 static void *dispatcher_main(void *arg)
 {
     struct chime_store *s = arg;
-    struct hot *batch[BATCH];
+    struct dispatch_buf *d = s->dbuf;
     pthread_mutex_lock(&s->dlock);
     while (!s->dstop) {
         if (!s->qhead || atomic_load_explicit(&s->error, memory_order_relaxed)) {
@@ -430,7 +438,8 @@ static void *dispatcher_main(void *arg)
             continue;
         }
         uint64_t wait_ns = 0;
-        size_t n = allowance(s, s->qlen < BATCH ? s->qlen : BATCH, &wait_ns);
+        size_t most = s->ops->fire_batch && s->ops->fire_batch < BATCH ? s->ops->fire_batch : BATCH;
+        size_t n = allowance(s, s->qlen < most ? s->qlen : most, &wait_ns);
         if (!n) {
             /* dwork's clock (lifecycle.c) */
             struct timespec ts = chime__deadline_after(CLOCK_MONOTONIC, wait_ns);
@@ -438,14 +447,14 @@ static void *dispatcher_main(void *arg)
             continue;
         }
         for (size_t i = 0; i < n; i++) {
-            batch[i] = s->qhead;
+            d->batch[i] = s->qhead;
             s->qhead = s->qhead->qnext;
         }
         if (!s->qhead)
             s->qtail = NULL;
         s->qlen -= n;
         pthread_mutex_unlock(&s->dlock);
-        fire_batch(s, batch, n);
+        fire_batch(s, d, n);
         pthread_mutex_lock(&s->dlock);
     }
     pthread_mutex_unlock(&s->dlock);
@@ -454,6 +463,8 @@ static void *dispatcher_main(void *arg)
 
 int chime__store_start_dispatcher(struct chime_store *s)
 {
+    if (!s->dbuf && !(s->dbuf = malloc(sizeof(struct dispatch_buf))))
+        return -ENOMEM;
     s->tokens_at = mono_ns();
     s->tokens = 1.0;
     /* The runtime calls back up to a tick late (0: its default, 1 ms: chime_timer.h). */

@@ -540,6 +540,7 @@ static int j_close(struct chime__backend *j)
 
 const struct chime__backend_ops chime__journal_ops = {
     .name = "journal",
+    .fire_batch = 4096, /* fire + ack, 10^6 due at once: about 1.07x 1024's (docs/perf.md) */
     .open = j_open,
     .put = j_put,
     .cancel = j_cancel,

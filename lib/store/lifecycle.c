@@ -133,6 +133,7 @@ static void free_store(struct chime_store *s)
     pthread_mutex_destroy(&s->dlock);
     pthread_cond_destroy(&s->dwork);
     pthread_cond_destroy(&s->didle);
+    free(s->dbuf);
     chime__store_acks_destroy(s);
     free((char *)s->cfg.path);
     free(s);

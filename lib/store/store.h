@@ -125,6 +125,7 @@ struct chime_store {
     struct hot *qhead, *qtail;
     size_t qlen;
     int dstop;
+    void *dbuf;                    /* the dispatcher's batch arrays (fire.c, struct dispatch_buf) */
     double tokens;                 /* the rate limit's bucket */
     uint64_t tokens_at;            /* CLOCK_MONOTONIC when last refilled */
     struct chime__lead lead;       /* how long before its due time a firing is recorded (lead.h) */
