@@ -141,9 +141,11 @@ static void finish_run(chime_timer *t, uint32_t idx, bool withdrawn)
     if (chime__timer_finish_run_hook)
         chime__timer_finish_run_hook();
     if (!withdrawn) {
-        chime__timer_requeue(t, idx); /* ended: only its memory waits for the thread */
+        chime__timer_requeue(t, idx); /* a run that ran, of a timer ended: only its memory waits */
         return;
     }
+    /* Withdrawn by a reschedule (pending: placed again) or by a cancel (ended: then this wakes
+     * the thread for a deadline of no use, at worst). */
     chime__timer_push(t, idx, UINT64_MAX);
     /* seq_cst: after the push, as in chime__timer_requeue: a stopping runtime waits for records. */
     if (atomic_load_explicit(&t->mode, memory_order_seq_cst) != CHIME__MODE_RUNNING)

@@ -314,7 +314,8 @@ extern void (*chime__pg_renew_hook)(struct chime__backend *b, unsigned shard);
 extern void (*chime__pg_dead_list_retry_hook)(void);
 
 /* firing.c. Tests only: called by a read once its cursor is declared (its snapshot taken) and
- * before its first FETCH; since as chime__pg_read_cursor's (NULL: a load or a takeover). */
+ * before its first FETCH; since as chime__pg_read_cursor's (NULL: a load, a takeover, or the
+ * loader's first poll on a new connection, which reads every pending row). */
 extern void (*chime__pg_read_hook)(struct chime__backend *b, const char *since);
 
 /* lanes.c */
