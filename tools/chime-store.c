@@ -66,6 +66,20 @@ struct segments {
     size_t n, cap;
 };
 
+/* What open makes of the segments (segments.h): 0, -EBADMSG, or an error reading them. *valid
+ * receives where each segment's whole records end (the caller frees it; NULL on -ENOMEM) and
+ * *usable how many segments count. */
+static int judge_segments(int dir, const struct chime__journal_files *f, uint64_t **valid,
+                          size_t *usable)
+{
+    uint64_t next_version = 0;
+    *usable = 0;
+    *valid = calloc(f->nsegs ? f->nsegs : 1, sizeof **valid);
+    return *valid ? chime__segments_read(dir, f->segs, f->nsegs, f->head, NULL, NULL, *valid,
+                                         usable, &next_version)
+                  : -ENOMEM;
+}
+
 /* Every whole record of the segments, flattened, read by open's rules (segments.h): each segment up
  * to its end or its torn point; damage that open refuses (-EBADMSG) is refused here too. The rules
  * are judged first, then the segments that count are read again whole, so that the records' keys
@@ -74,12 +88,12 @@ struct segments {
 static int read_segments(int dir, const struct chime__journal_files *f, struct segments *s)
 {
     memset(s, 0, sizeof *s);
-    uint64_t *valid = calloc(f->nsegs ? f->nsegs : 1, sizeof *valid), next_version = 0;
+    uint64_t *valid;
+    size_t usable;
+    int err = judge_segments(dir, f, &valid, &usable);
     s->bufs = calloc(f->nsegs ? f->nsegs : 1, sizeof *s->bufs);
-    size_t usable = 0;
-    int err = !valid || !s->bufs ? -ENOMEM
-                                 : chime__segments_read(dir, f->segs, f->nsegs, f->head, NULL, NULL,
-                                                        valid, &usable, &next_version);
+    if (!err && !s->bufs)
+        err = -ENOMEM;
     for (size_t i = 0; !err && i < usable; i++) {
         if (valid[i] <= CHIME__FILE_HEADER)
             continue; /* nothing whole in it (a creation a crash cut, or an empty segment) */
@@ -264,18 +278,6 @@ static int cmd_read(int dir, int dead, int count_only)
     return 0;
 }
 
-/* What open makes of the segments (segments.h): 0, -EBADMSG, or an error reading them. */
-static int segments_verdict(int dir, const struct chime__journal_files *f)
-{
-    uint64_t *valid = calloc(f->nsegs ? f->nsegs : 1, sizeof *valid), next_version = 0;
-    size_t usable = 0;
-    int err = valid ? chime__segments_read(dir, f->segs, f->nsegs, f->head, NULL, NULL, valid,
-                                           &usable, &next_version)
-                    : -ENOMEM;
-    free(valid);
-    return err;
-}
-
 /* verify: one line per file, then a verdict. Return: 0 the journal opens; 1 it is damaged. */
 static int verify_once(int dir, FILE *out)
 {
@@ -439,7 +441,10 @@ static int verify_once(int dir, FILE *out)
         chime__io_close(fd);
     }
     /* The verdict on the segments is open's own (segments.h), whatever the lines above say. */
-    err = damaged || other_version ? 0 : segments_verdict(dir, &f);
+    uint64_t *valid = NULL;
+    size_t usable;
+    err = damaged || other_version ? 0 : judge_segments(dir, &f, &valid, &usable);
+    free(valid);
     if (err == -ENOENT)
         goto vanished;
     if (err) {
