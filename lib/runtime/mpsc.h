@@ -147,6 +147,16 @@ static inline uint32_t chime__mpsc_pop(struct chime__mpsc *q)
 }
 
 /*
+ * The node whose link the next chime__mpsc_pop reads, or CHIME__MPSC_STUB: a consumer that
+ * prefetches it overlaps that read, a dependent miss per pop when nodes are many, with the work on
+ * the node just popped. Consumer only.
+ */
+static inline uint32_t chime__mpsc_peek(const struct chime__mpsc *q)
+{
+    return q->tail;
+}
+
+/*
  * True if nothing is queued: no node to pop and no push in progress. seq_cst: the other half of the
  * sleep handshake described in chime__mpsc_push.
  */
