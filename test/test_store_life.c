@@ -412,6 +412,46 @@ static void a_firing_the_dispatcher_took_is_not_cancelled_before_the_backend_mar
     CHECK_EQ(chime__journal_ops.close(b), 0);
 }
 
+/* Wait until key has fired once, or `limit` has passed (a liveness bound, far above the
+ * milliseconds it takes). Whether it fired. */
+static bool fired_within(const char *key, uint64_t limit)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until); /* the recorder's condition variable's clock */
+    until.tv_sec += (time_t)(limit / SEC);
+    pthread_mutex_lock(&rec.lock);
+    int rc = 0;
+    while (rc == 0) {
+        bool seen = false;
+        for (size_t i = 0; i < rec.n && !seen; i++)
+            seen = strcmp(rec.f[i].key, key) == 0;
+        if (seen)
+            break;
+        rc = pthread_cond_timedwait(&rec.cond, &rec.lock, &until);
+    }
+    pthread_mutex_unlock(&rec.lock);
+    return rc == 0;
+}
+
+static void a_timer_that_could_not_be_armed_fires_without_waiting_for_the_next_load(void)
+{
+    /* The keeper sleeps until its next load, a day / 8 away with this horizon. A put whose arming
+     * fails (as with no memory) must wake it to arm the timer: before, the timer waited for that
+     * load, three hours here. */
+    fresh();
+    chime__store_set_clock(NULL);
+    struct chime_store_config cfg = { .horizon_ns = 24 * 3600 * SEC };
+    chime_store *s = open_store(&cfg);
+    chime__store_settle(s); /* the first load is over: the keeper sleeps */
+    chime__store_refuse_arms(1);
+    CHECK_EQ(put(s, "unarmed", "x", wall_ns()), 0);
+    bool fired = fired_within("unarmed", 60 * SEC);
+    chime__store_refuse_arms(0);
+    CHECK(fired, "a timer whose arming failed did not fire within 60 s: the keeper slept on");
+    CHECK_EQ(recorder_count_key(&rec, "unarmed"), 1);
+    CHECK_EQ(chime_store_close(s), 0);
+}
+
 static const struct tap_test tests[] = {
     { "a_lone_put_reaches_the_disk_within_the_interval",
       a_lone_put_reaches_the_disk_within_the_interval },
@@ -436,6 +476,8 @@ static const struct tap_test tests[] = {
       a_firing_cut_by_the_process_ending_fires_again_with_attempt_plus_one },
     { "a_firing_the_dispatcher_took_is_not_cancelled_before_the_backend_marks_it",
       a_firing_the_dispatcher_took_is_not_cancelled_before_the_backend_marks_it },
+    { "a_timer_that_could_not_be_armed_fires_without_waiting_for_the_next_load",
+      a_timer_that_could_not_be_armed_fires_without_waiting_for_the_next_load },
 };
 
 int main(void)

@@ -80,13 +80,31 @@ static uint64_t mono_for(struct chime_store *s, uint64_t at)
     return mono_ns() + delay;
 }
 
+static _Atomic unsigned refused_arms; /* chime__store_refuse_arms */
+
+void chime__store_refuse_arms(unsigned n)
+{
+    atomic_store_explicit(&refused_arms, n, memory_order_relaxed); /* a test's switch */
+}
+
+/* Whether a test asked this arm to fail (taking one of its count). */
+static int refuse_arm(void)
+{
+    unsigned n = atomic_load_explicit(&refused_arms, memory_order_relaxed); /* the CAS checks it */
+    while (n && !atomic_compare_exchange_weak_explicit(&refused_arms, &n, n - 1,
+                                                       memory_order_relaxed, memory_order_relaxed))
+        ;
+    return n != 0;
+}
+
 /* Arm e's runtime timer to call chime__store_due at wall-clock time `at`. */
 static void arm_for(struct chime_store *s, struct hot *e, uint64_t at)
 {
     e->state = HOT_ARMED;
-    if (chime_timer_schedule_at(s->rt, mono_for(s, at), chime__store_due, e, &e->rid) != 0) {
-        e->rid = 0; /* out of memory (or stopping): the keeper arms it later */
-        atomic_fetch_add_explicit(&s->unarmed, 1, memory_order_relaxed);
+    if (refuse_arm() ||
+        chime_timer_schedule_at(s->rt, mono_for(s, at), chime__store_due, e, &e->rid) != 0) {
+        e->rid = 0; /* out of memory (or stopping): the keeper arms it */
+        chime__store_unarmed(s);
     }
 }
 

@@ -32,13 +32,12 @@
  * within the horizon. Tests, whose clock is
  * not the kernel's, report steps with chime__store_clock_stepped.
  */
-#define _GNU_SOURCE /* timerfd, eventfd: Linux interfaces beyond C11 */
+#define _GNU_SOURCE /* timerfd: a Linux interface beyond C11 */
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -234,9 +233,12 @@ static void watch_clock(struct chime_store *s)
     }
 }
 
+static _Thread_local int on_keeper; /* this thread is a keeper: it never pokes itself */
+
 static void *keeper_main(void *arg)
 {
     struct chime_store *s = arg;
+    on_keeper = 1;
     for (;;) {
         if (atomic_load_explicit(&s->keeper_stop, memory_order_acquire)) /* pairs with stop_keeper */
             break;
@@ -286,11 +288,23 @@ static void poke(struct chime_store *s)
     (void)r; /* the counter cannot overflow in practice; a lost poke is followed by another */
 }
 
+/*
+ * An entry could not be armed. The keeper's round arms what is unarmed, and while anything is, it
+ * comes round at least once a second; but a keeper asleep until its next load (up to horizon / 8
+ * away) learnt nothing of a failure on another thread, and the timer waited that long (found in
+ * review). So the first failure after none wakes it. Later ones while the count is up wait for the
+ * keeper's round a second away at most: a retry for each failure would sweep the table back to back
+ * while memory is short. The keeper's own failures (in its sweep) never wake it, or it would spin.
+ */
+void chime__store_unarmed(struct chime_store *s)
+{
+    /* relaxed: the keeper reads the count after the poke's eventfd read, or in its next round */
+    if (atomic_fetch_add_explicit(&s->unarmed, 1, memory_order_relaxed) == 0 && !on_keeper)
+        poke(s);
+}
+
 int chime__store_start_keeper(struct chime_store *s)
 {
-    s->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (s->event_fd < 0)
-        return -errno;
     s->clock_fd = timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC | TFD_NONBLOCK);
     if (s->clock_fd >= 0)
         watch_clock(s);
@@ -308,11 +322,9 @@ void chime__store_stop_keeper(struct chime_store *s)
         pthread_join(s->keeper, NULL);
         s->keeper_started = 0;
     }
-    if (s->event_fd >= 0)
-        close(s->event_fd);
     if (s->clock_fd >= 0)
         close(s->clock_fd);
-    s->event_fd = s->clock_fd = -1;
+    s->clock_fd = -1; /* the event fd lives as long as the store: any thread may poke it */
 }
 
 void chime__store_clock_stepped(chime_store *s)

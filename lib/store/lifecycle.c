@@ -17,8 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "store/lock.h"
 #include "store/store.h"
@@ -136,6 +138,8 @@ static void free_store(struct chime_store *s)
     free(s->dbuf);
     chime__store_acks_destroy(s);
     free((char *)s->cfg.path);
+    if (s->event_fd >= 0)
+        close(s->event_fd);
     free(s);
 }
 
@@ -190,6 +194,11 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
         if (!s->stripes[i].buckets)
             err = -ENOMEM;
     }
+    /* Before any thread that may arm a timer starts, and closed only with the store: a failed arm
+     * on any thread wakes the keeper through it (keeper.c, chime__store_unarmed). */
+    s->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->event_fd < 0 && !err)
+        err = -errno;
     s->sink = (struct chime__sink){ s, sink_arm, sink_revoke, sink_failed };
     s->ops = test_backend ? test_backend : chime__backend_for(&s->cfg);
     if (!err) { /* first: a second opener fails on the directory's lock before any thread starts */

@@ -111,7 +111,7 @@ struct chime_store {
     size_t tomb_buckets, tomb_count;
     pthread_t keeper;
     int keeper_started;
-    int event_fd, clock_fd;        /* wake-ups of the keeper: close or a clock step; the clock */
+    int event_fd, clock_fd;        /* wake-ups of the keeper (stop, a failed arm); the clock's */
     _Atomic int keeper_stop, stepped;
     uint64_t keeper_rounds;        /* under load_lock: rounds the keeper completed */
     pthread_cond_t keeper_cond;    /* broadcast at the end of each round */
@@ -234,6 +234,8 @@ void chime__store_tomb(struct chime_store *s, uint64_t hash, const void *key, si
 int chime__store_tombstoned(struct chime_store *s, uint64_t hash, const void *key, size_t key_len);
 int chime__store_first_load(struct chime_store *s);
 int chime__store_start_keeper(struct chime_store *s);
+/* An entry could not be armed (out of memory): count it, wake the keeper to arm it (any thread). */
+void chime__store_unarmed(struct chime_store *s);
 void chime__store_stop_keeper(struct chime_store *s);
 /* Walk the table: arm what could not be armed (UNARMED); recompute every runtime deadline from the
  * wall clock, handlers waiting for their due time included (STEP: the clock stepped); take back the
@@ -254,6 +256,8 @@ extern void (*chime__store_tomb_hook)(void);
  * before the due time and has armed itself again, with the stripe locked (set while no store is
  * open). */
 extern void (*chime__store_rewait_hook)(uint64_t wall);
+/* Test hook: the next n arms of runtime timers fail, as with no memory (fire.c). */
+void chime__store_refuse_arms(unsigned n);
 /* Wait until the keeper has finished any load begun before the call (tests). */
 void chime__store_settle(chime_store *s);
 
