@@ -473,8 +473,6 @@ vanished: /* a running service compacted a listed file away: the listing is stal
     return -ENOENT;
 }
 
-/* verify, read again (as list is) when a running service removed a file meanwhile; only the last
- * reading is printed. */
 /* As list does (read_live_retrying): a listing a running service made stale (-ENOENT) is read
  * again, and so is a verdict of damage, which a service's writes can mimic (a segment read before
  * the writer finished it, the next one after it); real damage survives the reads. The last read's

@@ -105,12 +105,26 @@ static void pg_stats(struct chime__backend *b, struct chime__backend_stats *out)
     out->bytes = atomic_load_explicit(&b->count_bytes, memory_order_relaxed);
 }
 
+int chime__pg_wait_server(struct chime__backend *b, struct pg_conn *pc, int rc)
+{
+    if (rc == PG_LOST) {
+        chime__pg_disconnect(pc);
+        rc = chime__pg_connect(pc);
+    }
+    if (rc != PG_OK) { /* a retry asked for, or no server yet */
+        struct timespec ts = { 0, 50000000 };
+        nanosleep(&ts, NULL);
+    }
+    /* acquire: pairs with close's release store of stop */
+    return !chime__pg_error(b) && !atomic_load_explicit(&b->stop, memory_order_acquire);
+}
+
 void (*chime__pg_dead_list_retry_hook)(void);
 
 /* A snapshot of the dead letters, read whole, so that fn runs with nothing held. A lost connection
  * or a restarted server is waited for, as every call does (chime_store.h), until the store stops
  * (-ESHUTDOWN) or fails (its error); it gave up after 5 s with -EIO, which the contract keeps for
- * a schema the database rejects (found in review). */
+ * a schema the database rejects (found in review). It waits as loads do (chime__pg_wait_server). */
 static int pg_dead_list(struct chime__backend *b, chime__timer_fn *fn, void *ctx)
 {
     int err = chime__pg_error(b);
@@ -125,16 +139,12 @@ static int pg_dead_list(struct chime__backend *b, chime__timer_fn *fn, void *ctx
             rc = chime__pg_exec(&b->misc_conn,
                                 "SELECT key, payload, due, attempt FROM chime.dead ORDER BY seq",
                                 0, NULL, &r);
-        /* acquire: pairs with close's release store of stop */
-        if ((rc != PG_LOST && rc != PG_RETRY) || chime__pg_error(b) ||
-            atomic_load_explicit(&b->stop, memory_order_acquire))
+        if (rc != PG_LOST && rc != PG_RETRY)
             break;
-        if (rc == PG_LOST)
-            chime__pg_disconnect(&b->misc_conn);
         if (chime__pg_dead_list_retry_hook)
             chime__pg_dead_list_retry_hook();
-        struct timespec ts = { 0, 100000000 };
-        nanosleep(&ts, NULL);
+        if (!chime__pg_wait_server(b, &b->misc_conn, rc))
+            break;
     }
     pthread_mutex_unlock(&b->misc_lock);
     if (rc != PG_OK) {

@@ -313,17 +313,10 @@ int chime__pg_load(struct chime__backend *b, uint64_t from, uint64_t until, chim
         size_t n = chime__pg_owned(b, shards, epochs);
         pthread_mutex_unlock(&b->own_lock);
         rc = n ? chime__pg_read_timers(b, &b->load_conn, shards, epochs, n, from, until, fn, ctx) : 0;
-        if (rc == PG_LOST) { /* again, on a new connection, for what is still held */
-            chime__pg_disconnect(&b->load_conn);
-            if (chime__pg_connect(&b->load_conn) != 0) {
-                struct timespec ts = { 0, 50000000 };
-                nanosleep(&ts, NULL);
-            }
-            if (!chime__pg_error(b) && !atomic_load_explicit(&b->stop, memory_order_acquire))
+        if (rc == PG_LOST || rc == PG_RETRY) { /* again, for what is still held */
+            if (chime__pg_wait_server(b, &b->load_conn, rc))
                 continue;
-            rc = 0; /* closing: what was not loaded stays in the database */
-        } else if (rc == PG_RETRY) {
-            continue;
+            rc = 0; /* closing, or failed: what was not loaded stays in the database */
         }
         break;
     }

@@ -292,6 +292,11 @@ struct chime__backend {
 /* backend.c */
 void chime__pg_fail(struct chime__backend *b, int err); /* sticky error; tells the sink once */
 int chime__pg_error(const struct chime__backend *b);
+/* A call's statement on pc found the server gone (PG_LOST) or asked for a retry (PG_RETRY). Wait
+ * as every call does (chime_store.h): a lost connection is dropped and made again once; a failed
+ * connect or a retry pauses 50 ms. Return: whether the call should try again (1), or give up (0)
+ * because the store stops or has failed. */
+int chime__pg_wait_server(struct chime__backend *b, struct pg_conn *pc, int rc);
 /* Whether this node holds shard's lease in `epoch` (locally believed, not draining). A lapse it sees
  * it makes final (the belief's deadline set to 0), so that no renewal extends that epoch (P2). */
 int chime__pg_holds(struct chime__backend *b, unsigned shard, uint64_t epoch);
