@@ -6,6 +6,7 @@
  */
 #include "pg_test.h"
 
+#include "store/pg/lane.h"
 #include "store/pg/pg.h"
 
 static struct pg_cluster cluster;
@@ -184,6 +185,156 @@ static void test_a_takeover_fetched_after_the_expiry_its_snapshot_saw_still_read
     recorder_free(&rec);
 }
 
+/*
+ * An owner statement (here an acknowledgement) locks its shard's row FOR SHARE, then checks the
+ * expiry on the row it locked. Before, the locking WHERE held expires > clock_timestamp(), which a
+ * scan evaluates on the row as the statement's snapshot has it: a row whose expiry had passed by
+ * the scan was skipped, neither locked nor checked again, although a renewal not committed at the
+ * snapshot moved the expiry on, and the acknowledgement was refused in an epoch the node went on
+ * holding (its timer stayed pending, not to fire again in that epoch). A statement that met the
+ * row unexpired and waited for the renewal's lock passed in either form: PostgreSQL checks the
+ * renewed row again, with the clock of then. So here the statement meets the row expired: its
+ * transaction begins before the expiry (a batch held on a put that precedes it) and the statement
+ * after it, while the test's own renewal is not committed. The test sets that expiry, shorter than
+ * the node's belief (its lease thread is parked in its renewal). In production the node keeps the
+ * epoch only if its renewal commits a quarter lease before the expiry (P2): the statement had to
+ * stall that long between its snapshot and its scan, which no test can arrange from outside.
+ */
+static _Atomic(struct chime__backend *) park_b;
+static _Atomic int parked, unpark;
+static _Atomic uint64_t fired_fence; /* k's firing's, once its handler runs */
+static _Atomic int handler_go;
+
+static void park_the_lease_thread(struct chime__backend *b, unsigned shard)
+{
+    if (b != atomic_load(&park_b) || shard != 0 || atomic_exchange(&parked, 1))
+        return;
+    while (!atomic_load(&unpark))
+        sleep_ms(2); /* a poll on the test's flag */
+}
+
+static int64_t hold_the_handler(struct recorder *r, const struct chime_fire *fire)
+{
+    (void)r;
+    atomic_store(&fired_fence, fire->fence);
+    while (!atomic_load(&handler_go))
+        sleep_ms(2); /* a poll on the test's flag */
+    return 0; /* acknowledged: the node queues the acknowledgement */
+}
+
+/* The last sequence the lane handed out (its queue's length, counted from the start). */
+static uint64_t lane_seq(struct pg_lane *l)
+{
+    pthread_mutex_lock(&l->lock);
+    uint64_t seq = l->next_seq;
+    pthread_mutex_unlock(&l->lock);
+    return seq;
+}
+
+/* Whether some session waits for a lock that session `pid` holds (obs: autocommit, so that each
+ * query sees pg_stat_activity anew). */
+static int blocked_by(PGconn *obs, int pid)
+{
+    char sql[120];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM pg_stat_activity WHERE %d = ANY(pg_blocking_pids(pid))", pid);
+    return pg_value(obs, sql) > 0;
+}
+
+static void wait_blocked_by(PGconn *obs, int pid)
+{
+    while (!blocked_by(obs, pid))
+        sleep_ms(2); /* a poll on the server's lock table */
+}
+
+/* Lock the row of `key` in chime.keys in a transaction left open on c. */
+static void lock_key(PGconn *c, const char *key)
+{
+    char sql[120];
+    snprintf(sql, sizeof sql, "SELECT 1 FROM chime.keys WHERE key = '%s'::bytea FOR UPDATE", key);
+    CHECK(pg_command(c, "BEGIN") && pg_value(c, sql) == 1, "could not lock %s", key);
+}
+
+static void test_an_ack_meeting_its_shards_row_expired_before_a_renewal_commits_still_commits(void)
+{
+    CHECK_EQ(pg_cluster_db(&cluster, "lease_4", 1, 60, conninfo, sizeof conninfo), 0);
+    recorder_init(&rec, NULL);
+    rec.reply = hold_the_handler;
+    chime__pg_renew_hook = park_the_lease_thread; /* before any lease thread runs */
+    struct chime_store_config cfg;
+    /* The belief outlasts the parked renewal by half a lease: the steps below take far less. */
+    pg_node_config(&cfg, conninfo, "a", 8 * SEC, 0);
+    cfg.sync = CHIME_SYNC_INTERVAL; /* puts return at once: the test holds the lane's batches */
+    chime_store *s = NULL;
+    CHECK_EQ(pg_open_config(&s, &cfg, &rec), 0); /* alone: it holds the only shard */
+    struct chime__backend *b = s->b;
+    struct pg_lane *l = b->lanes[0];
+    atomic_store(&park_b, b);
+    const char *k = "fence-k", *p1 = "fence-p1", *p2 = "fence-p2";
+    uint64_t later = wall_ns() + 3600 * SEC; /* the puts held below reuse it: no new partition */
+    CHECK_EQ(chime_store_put(s, p1, strlen(p1), "x", 1, later), 0);
+    CHECK_EQ(chime_store_put(s, p2, strlen(p2), "x", 1, later), 0);
+    CHECK_EQ(chime_store_put(s, k, strlen(k), "x", 1, wall_ns()), 0);
+    CHECK_EQ(chime_store_sync(s), 0);
+    while (!atomic_load(&fired_fence))
+        sleep_ms(2); /* a poll on the handler's flag: k's firing is recorded */
+    uint64_t epoch = pg_fence_epoch(atomic_load(&fired_fence));
+    PGconn *obs = pg_connect_or_die(conninfo), *t1 = pg_connect_or_die(conninfo);
+    PGconn *t2 = pg_connect_or_die(conninfo), *t3 = pg_connect_or_die(conninfo);
+    lock_key(t1, p1);
+    lock_key(t2, p2);
+    CHECK_EQ(chime_store_put(s, p1, strlen(p1), "y", 1, later), 0);
+    wait_blocked_by(obs, PQbackendPID(t1)); /* the lane's batch holds on p1 */
+    CHECK_EQ(chime_store_put(s, p2, strlen(p2), "y", 1, later), 0);
+    uint64_t ack_seq = lane_seq(l) + 1;
+    atomic_store(&handler_go, 1);
+    while (lane_seq(l) < ack_seq)
+        sleep_ms(2); /* a poll on the lane's queue: k's acknowledgement is queued after p2 */
+    CHECK(pg_command(t1, "ROLLBACK"), "t1");
+    /* the next batch, p2's put then k's acknowledgement, has begun (its now()) and holds on p2 */
+    wait_blocked_by(obs, PQbackendPID(t2));
+    while (!atomic_load(&parked))
+        sleep_ms(2); /* a poll on the hook's flag: no renewal of the node's from here on */
+    /* The expiry the acknowledgement's snapshot will see, later than its transaction's start. */
+    long long expiry = pg_value(t3, "UPDATE chime.shards SET expires = clock_timestamp()"
+                                    " + interval '1 ms' WHERE shard = 0"
+                                    " RETURNING (extract(epoch FROM expires) * 1e6)::int8");
+    CHECK(expiry > 0, "could not set the shard's expiry");
+    /* a renewal: the same owner, token and epoch, a later expiry; not committed yet */
+    CHECK(pg_command(t3, "BEGIN") &&
+                  pg_command(t3, "UPDATE chime.shards SET expires = clock_timestamp()"
+                                 " + interval '8 s' WHERE shard = 0"),
+          "t3");
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "SELECT ((extract(epoch FROM clock_timestamp()) * 1e6)::int8 > %lld)::int", expiry);
+    while (pg_value(obs, sql) != 1)
+        sleep_ms(1); /* waiting for the database's clock to pass it: nothing to wait on */
+    CHECK(pg_command(t2, "ROLLBACK"), "t2"); /* the put goes on, then the acknowledgement */
+    /* It waits for the renewal's lock (it met the row unexpired at its transaction's start), or
+     * it was refused and its batch committed. */
+    while (!blocked_by(obs, PQbackendPID(t3)) && atomic_load(&l->committed) < ack_seq)
+        sleep_ms(2);
+    CHECK(pg_command(t3, "COMMIT"), "t3");
+    while (atomic_load(&l->committed) < ack_seq)
+        sleep_ms(2); /* a poll on the lane's progress */
+    long long ended = pg_value(obs, "SELECT coalesce(end_epoch, -1) FROM chime.keys"
+                                    " WHERE key = 'fence-k'::bytea");
+    CHECK(ended == (long long)epoch,
+          "the acknowledgement of %s in epoch %llu was refused (end_epoch %lld), the lease renewed",
+          k, (unsigned long long)epoch, ended);
+    CHECK_EQ(recorder_count_key(&rec, k), 1);
+    atomic_store(&unpark, 1);
+    atomic_store(&park_b, NULL);
+    CHECK_EQ(chime_store_close(s), 0);
+    chime__pg_renew_hook = NULL;
+    PQfinish(obs);
+    PQfinish(t1);
+    PQfinish(t2);
+    PQfinish(t3);
+    recorder_free(&rec);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -193,6 +344,8 @@ int main(void)
           test_a_retry_asked_while_its_shard_drains_keeps_its_delay },
         { "a_takeover_fetched_after_the_expiry_its_snapshot_saw_still_reads_the_shard",
           test_a_takeover_fetched_after_the_expiry_its_snapshot_saw_still_reads_the_shard },
+        { "an_ack_meeting_its_shards_row_expired_before_a_renewal_commits_still_commits",
+          test_an_ack_meeting_its_shards_row_expired_before_a_renewal_commits_still_commits },
     };
     return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
 }
