@@ -243,7 +243,10 @@ CHIME_API int chime_store_sync(chime_store *s);
 /*
  * Stop firing, wait for the handlers that are running (and for those whose firing is recorded and
  * due within 50 ms, the longest lead), make everything durable and free the store. Pending timers
- * stay in the journal for the next open. s is freed even when an error is returned.
+ * stay in the journal for the next open. s is freed even when an error is returned. With
+ * PostgreSQL and the server lost, close waits for it only for what must become durable (the
+ * handlers' outcomes, puts not yet committed): a load waiting for it gives up, and a dead-letter
+ * listing waiting for it returns -ESHUTDOWN.
  * Return: 0; -EINVAL if s is NULL; -EDEADLK if called from one of s's handlers (nothing is done);
  *         -EIO, -ENOSPC, -EBADMSG, -ENOMEM if the store had failed (the sticky error) or the last
  *         sync failed (what was reported durable stays durable).

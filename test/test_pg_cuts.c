@@ -449,11 +449,15 @@ static void test_a_poll_after_a_server_crash_reads_rows_of_reused_transaction_id
  * the database rejects. Here the server stays down until the listing has tried 60 times (a test
  * hook counts them), then comes back, and the listing must succeed.
  */
-static _Atomic int dead_retries, dead_listed;
+static _Atomic int dead_retries, dead_listed, load_waits;
 
-static void count_dead_retry(void)
+/* chime__pg_wait_hook: count the waits of the listing's connection and of the loads'. */
+static void count_waits(struct chime__backend *b, struct pg_conn *pc)
 {
-    atomic_fetch_add(&dead_retries, 1);
+    if (pc == &b->misc_conn)
+        atomic_fetch_add(&dead_retries, 1);
+    if (pc == &b->load_conn)
+        atomic_fetch_add(&load_waits, 1);
 }
 
 struct list_arg {
@@ -473,12 +477,12 @@ static void *list_dead(void *arg)
 static void test_a_dead_letter_listing_waits_for_a_server_that_is_down(void)
 {
     fresh();
+    atomic_store(&dead_retries, 0);
+    atomic_store(&dead_listed, 0);
+    chime__pg_wait_hook = count_waits; /* before the store's threads start, which read it */
     chime_store *s = NULL;
     int rc = pg_open_node(&s, direct, "a", &rec, 10 * SEC, 0);
     CHECK(rc == 0, "open: %s", chime_strerror(rc));
-    atomic_store(&dead_retries, 0);
-    atomic_store(&dead_listed, 0);
-    chime__pg_dead_list_retry_hook = count_dead_retry; /* read by the listing's thread only */
     pg_util_stop_server(&cluster, "fast");
     struct list_arg a = { s, 1, 0 };
     pthread_t t;
@@ -489,10 +493,70 @@ static void test_a_dead_letter_listing_waits_for_a_server_that_is_down(void)
           atomic_load(&dead_retries), chime_strerror(a.rc));
     CHECK_EQ(pg_util_start_server(&cluster), 0);
     pthread_join(t, NULL);
-    chime__pg_dead_list_retry_hook = NULL;
     CHECK(a.rc == 0, "the listing returned %s", chime_strerror(a.rc));
     CHECK_EQ(a.n, 0);
     CHECK_EQ(chime_store_close(s), 0);
+    chime__pg_wait_hook = NULL; /* once the store's threads have ended */
+}
+
+/*
+ * Close while a load waits for a server that is down. The keeper loads every horizon / 8 (125 ms
+ * here); a load that meets the server gone waits for it, as every call does. Close stops the keeper
+ * first, and so waited for the load as long as the server stayed away, or until the node's belief
+ * in its leases lapsed (3/4 of the lease: 90 s here) and it had no shard left to read (found in
+ * review). Close now tells the backend first, and the load gives up (what it did not read stays in
+ * the database). The server stays down until close has returned, or for 60 s at most (a liveness
+ * bound, under the lapse).
+ */
+struct close_arg {
+    chime_store *s;
+    int rc;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done;
+};
+
+static void *close_store(void *arg)
+{
+    struct close_arg *a = arg;
+    int rc = chime_store_close(a->s);
+    pthread_mutex_lock(&a->lock);
+    a->rc = rc;
+    a->done = 1;
+    pthread_cond_broadcast(&a->cond);
+    pthread_mutex_unlock(&a->lock);
+    return NULL;
+}
+
+static void test_close_does_not_wait_for_a_load_that_waits_for_the_server(void)
+{
+    fresh();
+    struct chime_store_config cfg;
+    pg_node_config(&cfg, direct, "a", 120 * SEC, 0);
+    cfg.horizon_ns = SEC; /* the shortest: the keeper loads eight times a second */
+    struct close_arg a = { NULL, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
+    atomic_store(&load_waits, 0);
+    chime__pg_wait_hook = count_waits; /* before the store's threads start, which read it */
+    CHECK_EQ(pg_open_config(&a.s, &cfg, &rec), 0);
+    pg_util_stop_server(&cluster, "fast");
+    while (atomic_load(&load_waits) < 3)
+        sleep_ms(1); /* a poll on the hook's count: a load waits for the server */
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, close_store, &a), 0);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
+    pthread_mutex_lock(&a.lock);
+    while (!a.done && pthread_cond_timedwait(&a.cond, &a.lock, &until) == 0)
+        ;
+    int done = a.done;
+    pthread_mutex_unlock(&a.lock);
+    CHECK_EQ(pg_util_start_server(&cluster), 0); /* back for the next test, or to end the wait */
+    pthread_join(t, NULL);
+    chime__pg_wait_hook = NULL; /* close has returned: the store's threads have ended */
+    CHECK(done, "close waited 60 s for a load that waited for the server (%d waits)",
+          atomic_load(&load_waits));
+    CHECK_EQ(a.rc, 0);
 }
 
 int main(void)
@@ -514,6 +578,8 @@ int main(void)
           test_a_poll_after_a_server_crash_reads_rows_of_reused_transaction_ids },
         { "a_dead_letter_listing_waits_for_a_server_that_is_down",
           test_a_dead_letter_listing_waits_for_a_server_that_is_down },
+        { "close_does_not_wait_for_a_load_that_waits_for_the_server",
+          test_close_does_not_wait_for_a_load_that_waits_for_the_server },
     };
     int rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
     recorder_free(&rec);

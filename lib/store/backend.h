@@ -274,6 +274,14 @@ struct chime__backend_ops {
     void (*stats)(struct chime__backend *b, struct chime__backend_stats *out);
 
     /*
+     * Close has begun: a read that waits for something outside the process to come back (a lost
+     * server) gives up rather than hold close; a load then ends as if the store stopped, a
+     * dead-letter listing returns -ESHUTDOWN. Writes still wait: what was reported durable must be.
+     * NULL: nothing waits so (the journal). The logic calls it once, before it stops its threads.
+     */
+    void (*closing)(struct chime__backend *b);
+
+    /*
      * Make everything durable and free the backend. The logic calls it once, after its own threads
      * have stopped calling. Return: 0, or the error that made the backend fail (it is freed anyway).
      */

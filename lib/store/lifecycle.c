@@ -247,6 +247,8 @@ CHIME_API int chime_store_close(chime_store *s)
         return -EDEADLK;
     /* release: a call that sees closing also sees everything before it (pairs with usable()) */
     atomic_store_explicit(&s->closing, 1, memory_order_release);
+    if (s->ops->closing)
+        s->ops->closing(s->b); /* a load or listing waiting for a lost server gives up */
     chime__store_stop_keeper(s);
     chime__store_stop_dispatcher(s); /* also waits until no handler runs */
     chime_timer_stop(s->rt, CHIME_STOP_NOW, unfired);

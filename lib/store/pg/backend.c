@@ -105,8 +105,12 @@ static void pg_stats(struct chime__backend *b, struct chime__backend_stats *out)
     out->bytes = atomic_load_explicit(&b->count_bytes, memory_order_relaxed);
 }
 
+void (*chime__pg_wait_hook)(struct chime__backend *b, struct pg_conn *pc);
+
 int chime__pg_wait_server(struct chime__backend *b, struct pg_conn *pc, int rc)
 {
+    if (chime__pg_wait_hook)
+        chime__pg_wait_hook(b, pc);
     if (rc == PG_LOST) {
         chime__pg_disconnect(pc);
         rc = chime__pg_connect(pc);
@@ -115,16 +119,24 @@ int chime__pg_wait_server(struct chime__backend *b, struct pg_conn *pc, int rc)
         struct timespec ts = { 0, 50000000 };
         nanosleep(&ts, NULL);
     }
-    /* acquire: pairs with close's release store of stop */
-    return !chime__pg_error(b) && !atomic_load_explicit(&b->stop, memory_order_acquire);
+    /* acquire: pairs with close's release store of stop; relaxed: closing is a flag alone */
+    return !chime__pg_error(b) && !atomic_load_explicit(&b->stop, memory_order_acquire) &&
+           !atomic_load_explicit(&b->closing, memory_order_relaxed);
 }
 
-void (*chime__pg_dead_list_retry_hook)(void);
+/* The store's close began: a load or listing waiting for a lost server gives up (backend.h). Were
+ * it to wait, close would wait with it, in stopping the keeper (a load) or for a handler (a
+ * listing), for as long as the server stays away (found in review). */
+static void pg_closing(struct chime__backend *b)
+{
+    atomic_store_explicit(&b->closing, 1, memory_order_relaxed); /* see chime__pg_wait_server */
+}
 
 /* A snapshot of the dead letters, read whole, so that fn runs with nothing held. A lost connection
- * or a restarted server is waited for, as every call does (chime_store.h), until the store stops
- * (-ESHUTDOWN) or fails (its error); it gave up after 5 s with -EIO, which the contract keeps for
- * a schema the database rejects (found in review). It waits as loads do (chime__pg_wait_server). */
+ * or a restarted server is waited for, as every call does (chime_store.h), until the store closes
+ * or stops (-ESHUTDOWN) or fails (its error); it gave up after 5 s with -EIO, which the contract
+ * keeps for a schema the database rejects (found in review). It waits as loads do
+ * (chime__pg_wait_server). */
 static int pg_dead_list(struct chime__backend *b, chime__timer_fn *fn, void *ctx)
 {
     int err = chime__pg_error(b);
@@ -141,8 +153,6 @@ static int pg_dead_list(struct chime__backend *b, chime__timer_fn *fn, void *ctx
                                 0, NULL, &r);
         if (rc != PG_LOST && rc != PG_RETRY)
             break;
-        if (chime__pg_dead_list_retry_hook)
-            chime__pg_dead_list_retry_hook();
         if (!chime__pg_wait_server(b, &b->misc_conn, rc))
             break;
     }
@@ -312,5 +322,6 @@ const struct chime__backend_ops chime__pg_ops = {
     .sync = pg_sync,
     .fence_valid = pg_fence_valid,
     .stats = pg_stats,
+    .closing = pg_closing,
     .close = pg_close,
 };

@@ -282,6 +282,7 @@ struct chime__backend {
     _Atomic uint64_t stats_wanted; /* CLOCK_MONOTONIC of the last stats() call */
 
     _Atomic int stop;             /* the threads end */
+    _Atomic int closing;          /* the store's close has begun: reads waiting for a server end */
     _Atomic int error;            /* sticky: -EIO (D5) */
     _Atomic int failed_told;
 
@@ -292,10 +293,10 @@ struct chime__backend {
 /* backend.c */
 void chime__pg_fail(struct chime__backend *b, int err); /* sticky error; tells the sink once */
 int chime__pg_error(const struct chime__backend *b);
-/* A call's statement on pc found the server gone (PG_LOST) or asked for a retry (PG_RETRY). Wait
+/* A read's statement on pc found the server gone (PG_LOST) or asked for a retry (PG_RETRY). Wait
  * as every call does (chime_store.h): a lost connection is dropped and made again once; a failed
- * connect or a retry pauses 50 ms. Return: whether the call should try again (1), or give up (0)
- * because the store stops or has failed. */
+ * connect or a retry pauses 50 ms. Return: whether the read should try again (1), or give up (0)
+ * because the store closes, stops or has failed. */
 int chime__pg_wait_server(struct chime__backend *b, struct pg_conn *pc, int rc);
 /* Whether this node holds shard's lease in `epoch` (locally believed, not draining). A lapse it sees
  * it makes final (the belief's deadline set to 0), so that no renewal extends that epoch (P2). */
@@ -314,9 +315,9 @@ extern void (*chime__pg_commit_hook)(void);
 /* lease.c. Tests only: called by the lease thread between a renewal's check that its belief still
  * holds and the compare-and-swap that extends it. */
 extern void (*chime__pg_renew_hook)(struct chime__backend *b, unsigned shard);
-/* backend.c. Tests only: called by chime_store_dead_list each time it waits to try again (a lost
- * connection). */
-extern void (*chime__pg_dead_list_retry_hook)(void);
+/* backend.c. Tests only: called by chime__pg_wait_server each time a read on pc waits to try
+ * again (a lost connection; pc is b's load_conn for a load, misc_conn for a dead-letter list). */
+extern void (*chime__pg_wait_hook)(struct chime__backend *b, struct pg_conn *pc);
 
 /* firing.c. Tests only: called by a read once its cursor is declared (its snapshot taken) and
  * before its first FETCH; since as chime__pg_read_cursor's (NULL: a load, a takeover, or the
