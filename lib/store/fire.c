@@ -352,6 +352,7 @@ static void fire_batch(struct chime_store *s, struct dispatch_buf *d, size_t n)
     struct hot **batch = d->batch, **live = d->live;
     struct chime__firing *f = d->f;
     size_t k = 0;
+    uint64_t now = s->wall();
     for (size_t i = 0; i < n; i++) {
         struct hot *e = batch[i];
         struct hot_stripe *st = chime__store_stripe(s, e->hash);
@@ -359,6 +360,15 @@ static void fire_batch(struct chime_store *s, struct dispatch_buf *d, size_t n)
         if (e->detached) {
             pthread_mutex_unlock(&st->lock);
             free(e);
+            continue;
+        }
+        if (e->due_ns > now && e->due_ns - now > CHIME__LEAD_MAX_NS) {
+            /* The clock stepped back while it waited (for the rate limit, or HELD): recorded now,
+             * it would be uncancellable until its due time, beyond any lead (found in review).
+             * Armed again, as chime__store_due does with a timer it finds early. (Not for a lead
+             * that shrank since it was queued: that costs a few ms at most.) */
+            arm_for(s, e, take_at(s, e));
+            pthread_mutex_unlock(&st->lock);
             continue;
         }
         e->state = HOT_FIRING; /* from here a cancel gets -EINPROGRESS, a put adds a new version */
