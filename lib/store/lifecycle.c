@@ -143,6 +143,18 @@ static void free_store(struct chime_store *s)
     free(s);
 }
 
+/* What reached the dispatcher's queue after it stopped: the table holds all but detached ones,
+ * which nobody else frees. After the dispatcher and the runtime have stopped. */
+static void free_detached_queued(struct chime_store *s)
+{
+    for (struct hot *e = s->qhead, *next; e; e = next) {
+        next = e->qnext;
+        if (e->detached)
+            free(e);
+    }
+    s->qhead = s->qtail = NULL;
+}
+
 /* The runtime's on_unfired at close: an entry the table no longer holds is freed here; the others
  * go with the table. */
 static void unfired(void *arg)
@@ -220,6 +232,8 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
         chime__store_stop_dispatcher(s);
         if (s->rt)
             chime_timer_stop(s->rt, CHIME_STOP_NOW, unfired);
+        free_detached_queued(s); /* a backend's thread may have replaced a queued one (found in
+                                    review: PostgreSQL's loader arms while open runs) */
         if (s->b)
             s->ops->close(s->b);
         chime_timer_free(s->rt);
@@ -258,12 +272,7 @@ CHIME_API int chime_store_close(chime_store *s)
         fprintf(stderr, "chime: store: the table of loaded timers is wrong at close: %s\n", bad);
         abort();
     }
-    /* What reached the dispatcher's queue after it stopped: the table holds all but detached ones. */
-    for (struct hot *e = s->qhead, *next; e; e = next) {
-        next = e->qnext;
-        if (e->detached)
-            free(e);
-    }
+    free_detached_queued(s);
     int err = s->ops->close(s->b);
     int sticky = atomic_load_explicit(&s->error, memory_order_relaxed);
     chime_timer_free(s->rt);
