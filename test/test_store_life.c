@@ -246,6 +246,19 @@ static void open_rejects_bad_arguments(void)
     CHECK(s == NULL, "out touched on error");
     struct chime_store_config notadir = { .path = "/dev/null/x" };
     CHECK_EQ(chime_store_open(&s, &notadir, recorder_handler, &rec), -ENOTDIR);
+    /* An invalid runtime config is a bad argument: it is refused before the journal is created. */
+    char sub[PATH_MAX];
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    struct chime_timer_config bad[] = { { .workers = CHIME_MAX_WORKERS + 1 },
+                                        { .tick_ns = CHIME_MAX_TICK_NS + 1 },
+                                        { .levels = CHIME_MAX_LEVELS + 1 },
+                                        { .levels = 2, .slots = { 60, 1 } },
+                                        { .levels = 1, .slots = { CHIME_MAX_SLOTS + 1 } } };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct chime_store_config c = { .path = sub, .runtime = bad[i] };
+        CHECK_EQ(chime_store_open(&s, &c, recorder_handler, &rec), -EINVAL);
+        CHECK(access(sub, F_OK) != 0, "runtime config %zu: a refused open created %s", i, sub);
+    }
 }
 
 static void a_second_opener_of_the_directory_gets_ebusy(void)
