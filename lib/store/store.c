@@ -116,6 +116,15 @@ void chime__store_unlink(struct hot_stripe *st, struct hot *e)
     e->pprev = NULL;
     e->next = NULL;
     st->count--;
+    if (e->superseded)
+        st->superseded--; /* its outcome is being recorded, or it was refused: no longer pending */
+}
+
+void chime__store_supersede(struct hot_stripe *st, struct hot *r)
+{
+    if (!r->superseded && r->pprev)
+        st->superseded++;
+    r->superseded = 1;
 }
 
 void chime__store_drop(struct chime_store *s, struct hot_stripe *st, struct hot *e)
@@ -266,7 +275,7 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
         if (p)
             chime__store_drop(s, st, p);
         if (r)
-            r->superseded = 1;
+            chime__store_supersede(st, r);
         if (!res.ref.version) {
             /* Deferred (backend.h, chime__put_result): the backend arms it once it is recorded. No
              * tomb: a load may hand over what the backend holds, the old version at worst, which
@@ -314,7 +323,7 @@ CHIME_API int chime_store_cancel(chime_store *s, const void *key, size_t key_len
         if (p)
             chime__store_drop(s, st, p);
         if (r) /* it killed a newer put, which had marked r already; kept for clarity */
-            r->superseded = 1;
+            chime__store_supersede(st, r);
         uint64_t loading; /* the load running when looked at (its boundary), or 0 */
         chime__store_limit(s, &loading);
         if (loading)
@@ -398,7 +407,7 @@ CHIME_API int chime_store_dead_requeue(chime_store *s, const void *key, size_t k
     chime__store_find(q.st, q.hash, key, key_len, &q.pending, &q.running);
     err = s->ops->dead_requeue(s->b, key, key_len, due_ns, &res, requeued, &q, &ticket);
     if (!err && q.running)
-        q.running->superseded = 1;
+        chime__store_supersede(q.st, q.running);
     pthread_mutex_unlock(&q.st->lock);
     return err ? err : durable(s, ticket);
 }
@@ -426,8 +435,8 @@ CHIME_API void chime_store_stats(const chime_store *s, struct chime_store_stats 
     uint64_t running = atomic_load_explicit(&s->running, memory_order_acquire);
     struct chime__backend_stats b = { 0, 0, 0 };
     s->ops->stats(s->b, &b);
-    chime__store_tally(s, out);
-    out->pending = b.pending;
+    uint64_t superseded = chime__store_tally(s, out);
+    out->pending = b.pending + superseded; /* the backend counts a key once (hot_stripe) */
     out->running = running;
     out->dead = b.dead;
     out->journal_bytes = b.bytes;
@@ -441,10 +450,11 @@ const char *chime__store_check(struct chime_store *s)
     for (int i = 0; i < HOT_STRIPES && !why; i++) {
         struct hot_stripe *st = &s->stripes[i];
         pthread_mutex_lock(&st->lock);
-        size_t n = 0;
+        size_t n = 0, superseded = 0;
         for (size_t b = 0; b < st->nbuckets && !why; b++) {
             struct hot **at = &st->buckets[b];
             for (struct hot *e = *at; e && !why; at = &e->next, e = e->next, n++) {
+                superseded += e->superseded;
                 if (e->pprev != at)
                     why = "an entry's pprev is not what points at it";
                 else if ((e->hash & (st->nbuckets - 1)) != b || (e->hash >> 58) != (uint64_t)i)
@@ -465,13 +475,16 @@ const char *chime__store_check(struct chime_store *s)
         }
         if (!why && n != st->count)
             why = "a stripe's count is not its entries'";
+        if (!why && superseded != st->superseded)
+            why = "a stripe's count of superseded firings is not its entries'";
         pthread_mutex_unlock(&st->lock);
     }
     return why;
 }
 
-void chime__store_tally(const struct chime_store *s, struct chime_store_stats *out)
+uint64_t chime__store_tally(const struct chime_store *s, struct chime_store_stats *out)
 {
+    uint64_t superseded = 0;
     *out = (struct chime_store_stats){ 0 };
     for (int i = 0; i < HOT_STRIPES; i++) { /* the counts are the stripes' (store.h) */
         struct hot_stripe *st = (struct hot_stripe *)&s->stripes[i]; /* its lock is not const */
@@ -481,6 +494,8 @@ void chime__store_tally(const struct chime_store *s, struct chime_store_stats *o
         out->acked += st->acked;
         out->retried += st->retried;
         out->buried += st->buried;
+        superseded += st->superseded;
         pthread_mutex_unlock(&st->lock);
     }
+    return superseded;
 }

@@ -81,6 +81,10 @@ struct hot_stripe {
      * so that the thread that fires and the ones that finish share no counter (one shared atomic
      * per timer and thread was a cache line crossing cores at every firing and acknowledgement). */
     uint64_t fired, acked, retried, buried;
+    /* FIRING and RUNNING entries marked superseded: firings the backend's pending count (one per
+     * key) no longer includes, since their key's newer put replaced them there. chime_store_stats
+     * adds them back: a running firing counts as pending until its outcome is recorded. */
+    uint64_t superseded;
 };
 
 /* A key that changed while a load ran (see keeper.c), in a chain of the tombs' hash table. */
@@ -158,6 +162,8 @@ struct hot *chime__store_entry(struct chime_store *s, uint64_t hash, const void 
  * in the table). With the stripe locked. */
 void chime__store_insert(struct hot_stripe *st, struct hot *e);
 void chime__store_unlink(struct hot_stripe *st, struct hot *e);
+/* A put, cancel or requeue of r's key was recorded while r fires or runs. Stripe locked. */
+void chime__store_supersede(struct hot_stripe *st, struct hot *r);
 /* e, a new pending entry of a key whose firing `running` runs (or NULL: none), is held until that
  * firing ends; the running entry notes that its end must release it. With the stripe locked. */
 static inline void chime__store_wait_for(struct hot *e, struct hot *running)
@@ -176,8 +182,8 @@ const char *chime__store_check(struct chime_store *s);
 void chime__store_check_on_close(int on);
 /* chime_store_stats' counts of the table (loaded, fired, acked, retried, buried) and nothing else
  * (the rest zero): no call to the backend, whose own counts may cost a query. Any thread; locks each
- * stripe in turn. */
-void chime__store_tally(const struct chime_store *s, struct chime_store_stats *out);
+ * stripe in turn. Return: the superseded firings (hot_stripe), which pending adds. */
+uint64_t chime__store_tally(const struct chime_store *s, struct chime_store_stats *out);
 /* Take a pending entry out (cancelled, replaced): it is freed now, or by whoever holds it. */
 void chime__store_drop(struct chime_store *s, struct hot_stripe *st, struct hot *e);
 void chime__store_free_entry(struct hot *e);
