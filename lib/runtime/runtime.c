@@ -13,19 +13,36 @@
 
 #define DEFAULT_TICK_NS UINT64_C(1000000)
 
+/* cfg's tick (the default for 0) and the wheel's config it asks for. Return: 0; -EINVAL. */
+static int config_of(const struct chime_timer_config *cfg, uint64_t *tick_ns,
+                     struct chime_wheel_config *wc)
+{
+    struct chime_timer_config c = cfg ? *cfg : (struct chime_timer_config){ 0 };
+    *tick_ns = c.tick_ns ? c.tick_ns : DEFAULT_TICK_NS;
+    if (c.workers > CHIME_MAX_WORKERS || *tick_ns > CHIME_MAX_TICK_NS)
+        return -EINVAL;
+    *wc = (struct chime_wheel_config){ .levels = c.levels };
+    for (unsigned i = 0; i < CHIME_MAX_LEVELS; i++)
+        wc->slots[i] = c.slots[i];
+    return chime__wheel_config(wc);
+}
+
+int chime__timer_config_check(const struct chime_timer_config *cfg)
+{
+    uint64_t tick_ns;
+    struct chime_wheel_config wc;
+    return config_of(cfg, &tick_ns, &wc);
+}
+
 int chime__timer_new_clocked(chime_timer **out, const struct chime_timer_config *cfg,
                              chime__clock_fn *clock, void *clock_arg)
 {
     if (!out)
         return -EINVAL;
     struct chime_timer_config c = cfg ? *cfg : (struct chime_timer_config){ 0 };
-    uint64_t tick_ns = c.tick_ns ? c.tick_ns : DEFAULT_TICK_NS;
-    if (c.workers > CHIME_MAX_WORKERS || tick_ns > CHIME_MAX_TICK_NS)
-        return -EINVAL;
-    struct chime_wheel_config wc = { .levels = c.levels };
-    for (unsigned i = 0; i < CHIME_MAX_LEVELS; i++)
-        wc.slots[i] = c.slots[i];
-    if (chime__wheel_config(&wc) != 0)
+    uint64_t tick_ns;
+    struct chime_wheel_config wc;
+    if (config_of(&c, &tick_ns, &wc) != 0)
         return -EINVAL;
     if (!clock)
         chime__clock_calibrate();

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Internal to chime: what the runtime's tests reach beyond chime.h. */
+/* Internal to chime: what the runtime's tests, and the store, reach beyond chime.h. */
 #ifndef CHIME_RUNTIME_RUNTIME_H
 #define CHIME_RUNTIME_RUNTIME_H
 
@@ -8,6 +8,11 @@
 
 #include "chime.h"
 #include "runtime/clock.h"
+
+/* chime_timer_new's checks of cfg (NULL: the defaults), with nothing made: workers, tick_ns and the
+ * layout. The store makes them before it creates a journal, so that an open it refuses leaves
+ * nothing behind. Return: 0; -EINVAL. Any thread. */
+int chime__timer_config_check(const struct chime_timer_config *cfg);
 
 /*
  * chime_timer_new with an injected clock (its value in ns, for both of the runtime's clocks), so

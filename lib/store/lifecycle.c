@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/runtime.h"
 #include "store/lock.h"
 #include "store/store.h"
 
@@ -84,23 +85,10 @@ static void sink_failed(void *ctx, int err)
 
 /* ---- open ---- */
 
-/* chime_timer_new's rules for its config, checked before the backend creates anything: a refused
- * open must leave no journal behind. chime_timer_new still has the last word. */
-static int runtime_config_ok(const struct chime_timer_config *rt)
-{
-    if (rt->workers > CHIME_MAX_WORKERS || rt->tick_ns > CHIME_MAX_TICK_NS ||
-        rt->levels > CHIME_MAX_LEVELS)
-        return 0;
-    for (unsigned i = 0; i < rt->levels; i++)
-        if (rt->slots[i] < 2 || rt->slots[i] > CHIME_MAX_SLOTS)
-            return 0;
-    return 1;
-}
-
 static int normalise(struct chime_store_config *c, const struct chime_store_config *in)
 {
     *c = *in;
-    if (!runtime_config_ok(&c->runtime))
+    if (chime__timer_config_check(&c->runtime) != 0) /* before the backend creates anything */
         return -EINVAL;
     if (c->sync == 0)
         c->sync = CHIME_SYNC_EACH;
