@@ -162,8 +162,8 @@ size_t ref_advance_some(struct ref *r, uint64_t T, size_t limit, struct ref_fire
 
 void ref_stop_at(struct ref *r, uint64_t now)
 {
+    /* They were moved to the old now, and go to the subject's behind what is due then: the rest of
+     * a tick the subject stopped in (a periodic timer it could not re-arm) fires before them. */
     r->now = now;
-    for (size_t i = 0; i < r->n; i++)
-        if (r->v[i].next_call && r->v[i].key > now)
-            r->v[i].key = now; /* they were moved to the old now: nothing lies between */
+    end_call(r);
 }

@@ -61,9 +61,11 @@ size_t ref_advance(struct ref *r, uint64_t T, struct ref_fired **out, size_t *ou
  * key of the last one fired. */
 size_t ref_advance_some(struct ref *r, uint64_t T, size_t limit, struct ref_fired **out,
                         size_t *out_cap, uint64_t **dead, size_t *ndead, size_t *dead_cap);
-/* Take the subject's time after a bounded advance: `now`, not after r->now. The wheel may stop
- * short of T on a cascade though the reference fired all it had: the timers this call's callbacks
- * made due (given r->now as key) then come back to `now` with it. */
+/* Take the subject's time after a bounded advance, or one that ran out of memory. The wheel may
+ * stop short of T on a cascade though the reference fired all it had, or, failing to re-arm a
+ * periodic timer, at the tick of that timer, after the reference's last firing: the timers this
+ * call's callbacks made due (given r->now as key) take `now` as their key instead, behind
+ * everything else due then. */
 void ref_stop_at(struct ref *r, uint64_t now);
 
 #endif /* CHIME_TEST_REFERENCE_H */
