@@ -198,7 +198,8 @@ CHIME_API int chime_wheel_reschedule(chime_wheel *w, chime_id id, uint64_t deadl
  * so does a call from inside a callback.
  * If memory runs out while timers move down a level (or a periodic timer is re-armed), the advance
  * stops before that point with nothing lost, early or reordered: chime_wheel_next() then reports a
- * time at or before now, and the next advance carries on.
+ * time at or before now (this call's argument; later than chime_wheel_now(), which stays before the
+ * tick that could not be done), and the next advance carries on.
  * Return: how many callbacks ran.
  * Complexity: O(levels + slots holding timers + timers fired + timers cascaded), independent of the
  * number of ticks skipped: each timer cascades at most once per level above the one it ends in,
