@@ -234,7 +234,9 @@ CHIME_API size_t chime_wheel_pending(const chime_wheel *w);
 CHIME_API uint64_t chime_wheel_now(const chime_wheel *w);
 
 /*
- * A static, human-readable description of err (a negative errno from chime, or 0).
+ * A static, human-readable description of err (a negative errno from chime, or 0; another negative
+ * errno, such as one of the file system's that chime_store_open passes on, gets the C library's
+ * description, "unknown error" where it has none).
  * Return: never NULL. Complexity: O(1). Thread safety: any thread.
  */
 CHIME_API const char *chime_strerror(int err);

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* chime_strerror: the names of the error codes chime returns. */
+#define _GNU_SOURCE /* strerrordesc_np: glibc's static descriptions, thread-safe */
 #include <errno.h>
+#include <string.h>
 
 #include "chime.h"
 
@@ -35,6 +37,15 @@ CHIME_API const char *chime_strerror(int err)
     case -ENFILE: return "too many open files in the system";
     case -EPERM: return "operation not permitted";
     case -EDQUOT: return "disk quota exceeded";
-    default: return "unknown error";
+    case -EISDIR: return "is a directory (where the store expects a file)";
+    default: break;
     }
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+    /* Any other errno the file system may return through open (the header says "other negative
+     * errno"): the C library's static text, never a buffer that strerror() might reuse. */
+    const char *d = err < 0 && err > -4096 ? strerrordesc_np(-err) : NULL;
+    if (d)
+        return d;
+#endif
+    return "unknown error";
 }
