@@ -206,16 +206,24 @@ static int read_live(int dir, chime__emit_fn *emit, void *ctx)
     return err;
 }
 
-/* A read that met a file a running service removed meanwhile is started again; so is one that met
- * damage, which a running service's writes can mimic (a segment read before the writer finished it,
- * the next one after: its MARKs name a later end), and which real damage survives. */
+/* A running service changes the journal while the tool reads it (list, verify): a read that met a
+ * file it removed meanwhile is made again, and so is one that met damage, which its writes can
+ * mimic (a segment read before the writer finished it, the next one after: its MARKs name a later
+ * end) and which real damage survives; LIVE_TRIES reads at most, live_pause() apart. */
+#define LIVE_TRIES 5
+
+static void live_pause(void)
+{
+    nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+}
+
 static int read_live_retrying(int dir, chime__emit_fn *emit, void *ctx, int *restarts)
 {
     int err = -ENOENT;
-    for (int tries = 0; (err == -ENOENT || err == -EBADMSG) && tries < 5; tries++) {
+    for (int tries = 0; (err == -ENOENT || err == -EBADMSG) && tries < LIVE_TRIES; tries++) {
         if (tries) {
             (*restarts)++;
-            nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+            live_pause();
         }
         err = read_live(dir, emit, ctx);
     }
@@ -473,16 +481,14 @@ vanished: /* a running service compacted a listed file away: the listing is stal
     return -ENOENT;
 }
 
-/* As list does (read_live_retrying): a listing a running service made stale (-ENOENT) is read
- * again, and so is a verdict of damage, which a service's writes can mimic (a segment read before
- * the writer finished it, the next one after it); real damage survives the reads. The last read's
- * lines are printed. */
+/* Read again as list does (LIVE_TRIES): a listing made stale (-ENOENT), or a verdict of damage
+ * (1). Only the last read's lines are printed. */
 static int cmd_verify(int dir)
 {
     int rc = -ENOENT;
-    for (int tries = 0; (rc == -ENOENT || rc == 1) && tries < 5; tries++) {
+    for (int tries = 0; (rc == -ENOENT || rc == 1) && tries < LIVE_TRIES; tries++) {
         if (tries)
-            nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+            live_pause();
         char *text = NULL;
         size_t len = 0;
         FILE *out = open_memstream(&text, &len);
@@ -492,7 +498,7 @@ static int cmd_verify(int dir)
         }
         rc = verify_once(dir, out);
         fclose(out);
-        if (rc != -ENOENT && (rc != 1 || tries == 4))
+        if (rc != -ENOENT && (rc != 1 || tries == LIVE_TRIES - 1))
             fwrite(text, 1, len, stdout);
         free(text);
     }
