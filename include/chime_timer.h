@@ -131,7 +131,8 @@ CHIME_API int chime_timer_schedule_every(chime_timer *t, uint64_t first_delay_ns
  * one-shot timer had not begun firing; a periodic timer fires no more (a run already started, maybe
  * this very one, completes; a run fired but still waiting for a worker is withdrawn). A one-shot
  * timer that fired and waits for a worker has begun firing (-ENOENT). The timer's memory is reclaimed
- * in the advancing thread's next iteration (its next wake-up), not at its old deadline.
+ * in the advancing thread's next iteration: its next wake-up, which a cancel does not bring forward
+ * (so the old deadline, if the timer was the earliest).
  * Return: 0; -ENOENT if the timer already fired or started, was cancelled, never existed, or the id
  *         is stale, forged or 0; -EINVAL if t is NULL; -ESHUTDOWN after stop has returned.
  * Complexity: O(1): an id lookup, one compare-and-swap, one atomic exchange on the queue.
