@@ -497,6 +497,7 @@ static void test_a_dead_letter_listing_waits_for_a_server_that_is_down(void)
     CHECK_EQ(a.n, 0);
     CHECK_EQ(chime_store_close(s), 0);
     chime__pg_wait_hook = NULL; /* once the store's threads have ended */
+    pg_proxy_stop(&proxy); /* fresh() started it; the next test's fresh() starts it again */
 }
 
 /*
@@ -554,6 +555,7 @@ static void test_close_does_not_wait_for_a_load_that_waits_for_the_server(void)
     CHECK_EQ(pg_util_start_server(&cluster), 0); /* back for the next test, or to end the wait */
     pthread_join(t, NULL);
     chime__pg_wait_hook = NULL; /* close has returned: the store's threads have ended */
+    pg_proxy_stop(&proxy); /* fresh() started it */
     CHECK(done, "close waited 60 s for a load that waited for the server (%d waits)",
           atomic_load(&load_waits));
     CHECK_EQ(a.rc, 0);
