@@ -126,6 +126,17 @@ static _Atomic uint64_t read_polls;   /* b's polls when the first was let go */
 static _Atomic uint64_t read_epoch;   /* the epoch b held shard 0 in when the first was let go */
 static PGconn *read_c;                /* the hook's own connection */
 
+/* Wait until the database's clock (on c) is past us, microseconds since the epoch: a poll, as
+ * there is nothing to wait on. */
+static void wait_db_clock_past(PGconn *c, long long us)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "SELECT ((extract(epoch FROM clock_timestamp()) * 1e6)::int8 > %lld)::int", us);
+    while (pg_value(c, sql) != 1)
+        sleep_ms(1);
+}
+
 static void hold_a_takeover_past_its_snapshots_expiry(struct chime__backend *b, const char *since)
 {
     if (b != atomic_load(&read_b) || since)
@@ -133,11 +144,7 @@ static void hold_a_takeover_past_its_snapshots_expiry(struct chime__backend *b, 
     /* the expiry the cursor's snapshot saw, or a later one (a renewal since) */
     long long until = pg_value(read_c, "SELECT (extract(epoch FROM expires) * 1e6)::int8"
                                        " FROM chime.shards WHERE shard = 0");
-    char sql[160];
-    snprintf(sql, sizeof sql,
-             "SELECT ((extract(epoch FROM clock_timestamp()) * 1e6)::int8 > %lld)::int", until);
-    while (pg_value(read_c, sql) != 1)
-        sleep_ms(5); /* waiting for the database's clock to pass it: nothing to wait on */
+    wait_db_clock_past(read_c, until);
     if (atomic_load(&read_holds) == 0) {
         atomic_store(&read_polls, atomic_load(&b->polls));
         atomic_store(&read_epoch, atomic_load(&b->shards[0].epoch));
@@ -305,11 +312,7 @@ static void test_an_ack_meeting_its_shards_row_expired_before_a_renewal_commits_
                   pg_command(t3, "UPDATE chime.shards SET expires = clock_timestamp()"
                                  " + interval '8 s' WHERE shard = 0"),
           "t3");
-    char sql[160];
-    snprintf(sql, sizeof sql,
-             "SELECT ((extract(epoch FROM clock_timestamp()) * 1e6)::int8 > %lld)::int", expiry);
-    while (pg_value(obs, sql) != 1)
-        sleep_ms(1); /* waiting for the database's clock to pass it: nothing to wait on */
+    wait_db_clock_past(obs, expiry);
     CHECK(pg_command(t2, "ROLLBACK"), "t2"); /* the put goes on, then the acknowledgement */
     /* It waits for the renewal's lock (it met the row unexpired at its transaction's start), or
      * it was refused and its batch committed. */
