@@ -333,6 +333,11 @@ void chime__store_clock_stepped(chime_store *s)
     poke(s);
 }
 
+void chime__store_wake(chime_store *s)
+{
+    poke(s);
+}
+
 void chime__store_settle(chime_store *s)
 {
     pthread_mutex_lock(&s->load_lock);
