@@ -368,6 +368,8 @@ static void fire_batch(struct chime_store *s, struct dispatch_buf *d, size_t n)
              * Armed again, as chime__store_due does with a timer it finds early. (Not for a lead
              * that shrank since it was queued: that costs a few ms at most.) */
             arm_for(s, e, take_at(s, e));
+            if (chime__store_rewait_hook)
+                chime__store_rewait_hook(now);
             pthread_mutex_unlock(&st->lock);
             continue;
         }

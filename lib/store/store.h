@@ -260,9 +260,9 @@ void chime__store_wake(chime_store *s);
 void chime__store_set_backend(const struct chime__backend_ops *ops);
 /* Tests: called by chime__store_tomb before it files anything (set while no store is open). */
 extern void (*chime__store_tomb_hook)(void);
-/* fire.c. Tests only: called by a handler's runtime callback that found the wall clock (`wall`)
- * before the due time and has armed itself again, with the stripe locked (set while no store is
- * open). */
+/* fire.c. Tests only: called where a timer found early by the wall clock (`wall`) is armed again,
+ * with its stripe locked: by a handler's runtime callback, and by the dispatcher for a queued one
+ * (set while no store is open). */
 extern void (*chime__store_rewait_hook)(uint64_t wall);
 /* Test hook: the next n arms of runtime timers fail, as with no memory (fire.c). */
 void chime__store_refuse_arms(unsigned n);
