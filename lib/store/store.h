@@ -253,7 +253,7 @@ void chime__store_sweep(struct chime_store *s, int mode);
  * telling a store that its clock stepped (as the kernel tells it about CLOCK_REALTIME). */
 void chime__store_set_clock(uint64_t (*now)(void));
 void chime__store_clock_stepped(chime_store *s);
-/* Test hook: wake the keeper for a round, as a put or a failed arm may (no step reported). */
+/* Test hook: wake the keeper for a round, as a failed arm does (no step reported). */
 void chime__store_wake(chime_store *s);
 /* Test hook: the backend stores opened afterwards use (NULL: the one their config asks for), so that
  * a test can wrap one of the journal's operations. */
