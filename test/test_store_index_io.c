@@ -5,6 +5,7 @@
  * change was not made, and a reopen agrees. Found in review: a cancel whose table's batch of
  * pending writes was full wrote the batch out after its KILL was appended, and when that write
  * failed it returned -EIO for a cancel the reopen found done. The put path was already built so.
+ * And a table that cannot grow for want of memory fails that call alone, not the store.
  */
 #include "index_util.h"
 
@@ -79,9 +80,69 @@ static void a_cancel_that_returns_an_error_is_not_done_after_a_reopen(void)
     free(path);
 }
 
+/* Refuse the next unnamed file the test's own thread asks for (a table moving into its file) with
+ * the error in fail_next, once. */
+static _Atomic int fail_next;
+
+static int refuse_my_next_table_file(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    (void)ctx;
+    (void)fd;
+    if (op != CHIME_IO_OPEN || !name || strcmp(name, ".") || /* chime__io_tmpfile's name */
+        !pthread_equal(pthread_self(), main_thread))
+        return 0;
+    return atomic_exchange(&fail_next, 0);
+}
+
+/*
+ * A put whose key's table must grow, and cannot for want of memory, changes nothing (the table is
+ * as it was and nothing was appended): it returns -ENOMEM and the store goes on, as it does when
+ * the put's own entry cannot be allocated (chime_store.h: -ENOMEM is sticky only where a recorded
+ * timer would be dropped unfired). Found in review: the journal failed for good on any index error,
+ * so every later call returned -ENOMEM and no handler started until a reopen.
+ */
+static void a_put_whose_index_cannot_grow_fails_alone_and_the_store_goes_on(void)
+{
+    char *path = tmpdir_make_fast("index-io-grow");
+    chime__index_set_defaults(1024, 0, 0); /* every table in a file: growing one makes a file */
+    main_thread = pthread_self();
+    chime_store *s = open_far(path);
+    uint64_t due = wall_ns() + 24 * 3600 * SEC;
+    chime__io_set_fault(refuse_my_next_table_file, NULL);
+    atomic_store(&fail_next, -ENOMEM);
+    /* New keys until one's table is full (3/4 of its 128 slots): its growth meets the fault. */
+    char key[32];
+    int n = 0, err = 0, i;
+    for (i = 0; i < 32 * 128 && atomic_load(&fail_next); i++) {
+        n = snprintf(key, sizeof key, "g%d", i);
+        err = chime_store_put(s, key, (size_t)n, "p", 1, due);
+        CHECK(err == 0 || !atomic_load(&fail_next), "put %d: %s", i, chime_strerror(err));
+    }
+    chime__io_set_fault(NULL, NULL);
+    CHECK_EQ(atomic_load(&fail_next), 0); /* a table grew and met the fault */
+    diag("the put of %s, whose table could not grow, returned %d", key, err);
+    CHECK_EQ(err, -ENOMEM);
+    struct chime_store_stats st;
+    chime_store_stats(s, &st);
+    err = chime_store_put(s, key, (size_t)n, "p", 1, due);
+    diag("the store's error is then %d, and the same put again returns %d", st.error, err);
+    CHECK(st.error == 0, "the store failed for good (%s)", chime_strerror(st.error));
+    CHECK_EQ(err, 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    chime__index_set_defaults(0, 0, 0);
+    s = open_far(path);
+    CHECK_EQ(chime_store_cancel(s, key, (size_t)n), 0); /* the second put is there */
+    CHECK_EQ(chime_store_cancel(s, "g0", 2), 0);      /* and the first key's */
+    CHECK_EQ(chime_store_close(s), 0);
+    tmpdir_remove(path);
+    free(path);
+}
+
 static const struct tap_test tests[] = {
     { "a_cancel_that_returns_an_error_is_not_done_after_a_reopen",
       a_cancel_that_returns_an_error_is_not_done_after_a_reopen },
+    { "a_put_whose_index_cannot_grow_fails_alone_and_the_store_goes_on",
+      a_put_whose_index_cannot_grow_fails_alone_and_the_store_goes_on },
 };
 
 int main(void)

@@ -70,6 +70,16 @@ static int index_failed(struct chime__backend *j, int err)
     return err;
 }
 
+/* A table that could not grow, before the record is appended: the table is as it was (index.h,
+ * reserve), so the index and the log still agree. Out of memory is then this call's error alone, as
+ * for the store's own allocations in a put (chime_store.h: -ENOMEM is sticky only where a recorded
+ * timer would go unfired); the journal does not fail for it (found in review: it did, and every
+ * later call returned -ENOMEM until a reopen). A device's error (-EIO, -ENOSPC) still fails it. */
+static int index_grow_failed(struct chime__backend *j, int err)
+{
+    return err == -ENOMEM ? err : index_failed(j, err);
+}
+
 /* After a change: the index's write batches are filling up, so ask the flusher to write them out
  * (a put then rarely finds its batch full and writes it itself). */
 static void after_change(struct chime__backend *j)
@@ -99,7 +109,7 @@ static int j_put(struct chime__backend *j, const struct chime__put *p, struct ch
     uint64_t lsn = 0;
     err = chime__journal_error(j);
     if (!err) /* grow the table first, if it must: once the record is in the log, nothing may fail */
-        err = index_failed(j, chime__index_reserve(j->ix, CHIME__IX_PENDING, &k));
+        err = index_grow_failed(j, chime__index_reserve(j->ix, CHIME__IX_PENDING, &k));
     if (!err) /* one probe: the slot found is the one written after the append */
         err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &at));
     uint64_t old = at.version;
@@ -226,7 +236,7 @@ static int j_bury(struct chime__backend *j, const struct chime__timer *t)
     if (!err)
         err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &pend));
     if (!err && pend.found && pend.version == t->ref.version) {
-        err = index_failed(j, chime__index_reserve(j->ix, CHIME__IX_DEAD, &k));
+        err = index_grow_failed(j, chime__index_reserve(j->ix, CHIME__IX_DEAD, &k));
         if (!err)
             err = index_failed(j, chime__index_find(j->ix, CHIME__IX_DEAD, &k, &dead));
         struct chime__rec r = { .type = CHIME__DEAD, .key_len = (uint16_t)t->key_len,
@@ -368,7 +378,7 @@ static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_
     /* Every read, growth and batch write first: once the record is in the log, nothing may fail. */
     struct chime__islot pat = { 0, 0, 0, 0, 0 }, dat = { 0, 0, 0, 0, 0 };
     if (!err)
-        err = index_failed(j, chime__index_reserve(j->ix, CHIME__IX_PENDING, &k));
+        err = index_grow_failed(j, chime__index_reserve(j->ix, CHIME__IX_PENDING, &k));
     if (!err)
         err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &pat));
     found = pat.found;
