@@ -45,7 +45,9 @@ extern "C" {
  *     to write). Recovery on the next open keeps everything that had been reported durable. So is
  *     -ENOMEM when the store runs out of memory where a timer recorded on disk would otherwise be
  *     dropped from memory unfired (a handler's outcome that could not be recorded, a timer that
- *     could not be loaded): the restart fires it again, with attempt + 1.
+ *     could not be loaded): the restart fires it again, with attempt + 1. The journal's background
+ *     flusher, which keeps the disk bounded, fails the store the same way when it runs out of
+ *     memory (-ENOMEM) or file descriptors (-EMFILE, -ENFILE).
  *
  * Durable timers on PostgreSQL. With cfg->postgres set, timers live in a PostgreSQL database (schema
  * `chime`, created once by `chime-store --postgres CONNINFO init`) that every process opening it
@@ -308,7 +310,8 @@ struct chime_store_stats {
     uint64_t retried;     /* handlers that asked for a retry since open */
     uint64_t buried;      /* timers sent to the dead letters since open */
     uint64_t journal_bytes; /* bytes the journal's files hold on disk */
-    int error;            /* 0, or the sticky -EIO / -ENOSPC / -EBADMSG / -ENOMEM */
+    int error;            /* 0, or the sticky error: -EIO, -ENOSPC, -EBADMSG, -ENOMEM, -EMFILE,
+                             -ENFILE */
     uint64_t lead_ns;     /* how long before its due time a firing is recorded now (2 to 50 ms,
                              from recent commit times; see chime_store_cancel) */
 };

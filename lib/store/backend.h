@@ -51,9 +51,10 @@
  *      durable too. (The journal is one log, so a prefix of everything is durable; a backend that
  *      commits on several connections must keep one key's operations in order.)
  *   D5 Failure: once a write or sync fails, the backend reports nothing durable any more: every later
- *      call returns the error (-EIO, -ENOSPC) and sink->failed is called once. Reopening recovers
- *      what had been reported durable. A backend that can retry safely (a lost connection, not a
- *      failed fsync) retries inside and does not fail.
+ *      call returns the error (-EIO, -ENOSPC; the journal's flusher also fails it with what it met
+ *      bounding the disk: -EBADMSG, -ENOMEM, -EMFILE, -ENFILE) and sink->failed is called once.
+ *      Reopening recovers what had been reported durable. A backend that can retry safely (a lost
+ *      connection, not a failed fsync) retries inside and does not fail.
  *   D6 Restart: open() finds every durable pending timer and dead letter, with its attempt count.
  */
 #ifndef CHIME_STORE_BACKEND_H
@@ -107,7 +108,7 @@ struct chime__sink {
     /* Fences may have become invalid (a lease was lost): the logic calls fence_valid() for each timer
      * it holds and drops those not running whose fence is no longer valid. */
     void (*revoke)(void *ctx);
-    /* The backend failed for good (D5); err is -EIO or -ENOSPC. Called once, from any thread. */
+    /* The backend failed for good (D5), with err as D5 lists. Called once, from any thread. */
     void (*failed)(void *ctx, int err);
 };
 
