@@ -2,8 +2,9 @@
 /*
  * The durable store's API across its lifetime (include/chime.h, "Durable timers"): restarts, far
  * timers kept on disk, bad input and bad configurations, a second opener, close from and during a
- * handler, the rate limit, and a firing cut short by the process ending. test_store.c has the rules
- * of firing, replacing, cancelling, retries and dead letters. A plain TAP program (tap.h).
+ * handler, and a firing cut short by the process ending. test_store.c has the rules of firing,
+ * replacing, cancelling, retries and dead letters, test_store_rate.c the rate limit. A plain TAP
+ * program (tap.h).
  */
 #include "store_api.h"
 
@@ -361,37 +362,6 @@ static void a_handler_running_during_close_gets_eshutdown(void)
     CHECK_EQ(atomic_load(&put_after_close), -ESHUTDOWN);
 }
 
-static void the_rate_limit_bounds_handler_starts_over_any_interval(void)
-{
-    fresh();
-    const uint64_t rate = 20;
-    const size_t n = 24;
-    struct chime_store_config cfg = { .max_fires_per_s = rate };
-    uint64_t opened = wall_ns(); /* the bucket starts with one token when the store opens */
-    chime_store *s = open_store(&cfg);
-    for (size_t i = 0; i < n; i++) {
-        char key[16];
-        snprintf(key, sizeof key, "r%zu", i);
-        CHECK_EQ(put(s, key, "x", 0), 0);
-    }
-    recorder_wait(&rec, n);
-    CHECK_EQ(chime_store_close(s), 0);
-    /* The k-th start (from 1) happened when k tokens had been taken: at most 1 (the capacity, for
-     * this rate) plus rate per second since open. Slowness only makes starts later. */
-    uint64_t starts[24];
-    for (size_t i = 0; i < n; i++)
-        starts[i] = rec.f[i].at_wall;
-    for (size_t i = 1; i < n; i++) /* sort: workers may record out of order */
-        for (size_t k = i; k && starts[k] < starts[k - 1]; k--) {
-            uint64_t t = starts[k];
-            starts[k] = starts[k - 1];
-            starts[k - 1] = t;
-        }
-    for (size_t k = 1; k <= n; k++) /* k starts by starts[k-1]: at most 1 + rate * elapsed */
-        CHECK((k - 1) * SEC <= rate * (starts[k - 1] - opened), "start %zu came %.3f s after open",
-              k, (double)(starts[k - 1] - opened) / 1e9);
-}
-
 static int64_t die_in_handler(void *ctx, const struct chime_fire *f)
 {
     (void)ctx;
@@ -518,8 +488,6 @@ static const struct tap_test tests[] = {
     { "close_from_a_handler_is_edeadlk", close_from_a_handler_is_edeadlk },
     { "a_handler_running_during_close_gets_eshutdown",
       a_handler_running_during_close_gets_eshutdown },
-    { "the_rate_limit_bounds_handler_starts_over_any_interval",
-      the_rate_limit_bounds_handler_starts_over_any_interval },
     { "a_firing_cut_by_the_process_ending_fires_again_with_attempt_plus_one",
       a_firing_cut_by_the_process_ending_fires_again_with_attempt_plus_one },
     { "a_firing_the_dispatcher_took_is_not_cancelled_before_the_backend_marks_it",

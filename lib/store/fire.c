@@ -16,7 +16,9 @@
  * stored), records their firings in one backend call (D2: durable before any handler starts, so a
  * crash from here on makes the restart fire them again with attempt + 1), and hands each handler to
  * the runtime as a timer due at once: it runs on a worker (or the advancing thread). One commit
- * serves a whole batch.
+ * serves a whole batch. A token pays for a handler handed out: one taken whose handler does not
+ * start (cancelled or replaced while queued, armed again after a step back, refused by the
+ * backend) goes back to the bucket.
  *
  * LEAD. Recording a firing costs a commit (an fdatasync: 0.2 ms on a quiet disk, milliseconds on a
  * busy one, tens at its worst), and the handler may not start before it is durable. So a loaded
@@ -346,8 +348,10 @@ struct dispatch_buf {
     struct chime__firing f[BATCH]; /* their firings, for the backend */
 };
 
-/* Record the firings of a batch taken from the queue and hand out their handlers. */
-static void fire_batch(struct chime_store *s, struct dispatch_buf *d, size_t n)
+/* Record the firings of a batch taken from the queue and hand out their handlers. Return: how many
+ * were handed out (the rest were cancelled or replaced while queued, armed again for a clock that
+ * stepped back, or refused by the backend: no handler of theirs starts). */
+static size_t fire_batch(struct chime_store *s, struct dispatch_buf *d, size_t n)
 {
     struct hot **batch = d->batch, **live = d->live;
     struct chime__firing *f = d->f;
@@ -379,15 +383,16 @@ static void fire_batch(struct chime_store *s, struct dispatch_buf *d, size_t n)
         pthread_mutex_unlock(&st->lock);
     }
     if (!k)
-        return;
+        return 0;
     uint64_t begun = mono_ns();
     int err = s->ops->fire(s->b, f, k);
     uint64_t ended = mono_ns();
     chime__lead_note(&s->lead, ended - begun, ended); /* the dispatcher's alone (lead.h) */
     if (err) {
         chime__store_fail(s, err); /* no handler starts: the restart fires them */
-        return;
+        return 0;
     }
+    size_t started = 0;
     for (size_t i = 0; i < k; i++) {
         struct hot *e = live[i];
         struct hot_stripe *st = chime__store_stripe(s, e->hash);
@@ -403,12 +408,14 @@ static void fire_batch(struct chime_store *s, struct dispatch_buf *d, size_t n)
         e->attempt = f[i].attempt;
         atomic_fetch_add_explicit(&s->running, 1, memory_order_relaxed); /* see handler_ended */
         st->fired++;
+        started++;
         /* The handler starts at the due time (LEAD), or at once if that has passed. */
         int refused = schedule_handler(s, e);
         pthread_mutex_unlock(&st->lock);
         if (refused)
             run_handler(e); /* the runtime refused (out of memory): run it here rather than lose it */
     }
+    return started;
 }
 
 int chime__store_reschedule_handler(struct chime_store *s, struct hot *e)
@@ -436,6 +443,13 @@ int chime__store_reschedule_handler(struct chime_store *s, struct hot *e)
     return 1;
 }
 
+static uint64_t (*test_rate_clock)(void); /* chime__store_set_rate_clock */
+
+void chime__store_set_rate_clock(uint64_t (*now)(void))
+{
+    test_rate_clock = now; /* as chime__store_set_clock: before opening, from the opening thread */
+}
+
 /* How many queued timers the rate limit lets start now; *wait_ns until the next token if none. */
 static size_t allowance(struct chime_store *s, size_t want, uint64_t *wait_ns)
 {
@@ -443,7 +457,7 @@ static size_t allowance(struct chime_store *s, size_t want, uint64_t *wait_ns)
     if (!rate)
         return want;
     double cap = rate / 100 > 1 ? (double)(rate / 100) : 1.0;
-    uint64_t now = mono_ns();
+    uint64_t now = s->rate_clock();
     s->tokens += (double)(now - s->tokens_at) * (double)rate / 1e9;
     s->tokens_at = now;
     if (s->tokens > cap)
@@ -484,8 +498,16 @@ static void *dispatcher_main(void *arg)
             s->qtail = NULL;
         s->qlen -= n;
         pthread_mutex_unlock(&s->dlock);
-        fire_batch(s, d, n);
+        size_t started = fire_batch(s, d, n);
         pthread_mutex_lock(&s->dlock);
+        /* Tokens pay for handlers that start: those of the batch that did not start give theirs
+         * back (found in review: a timer cancelled while queued spent a token, so the live timer
+         * behind it waited for the next one, a second at 1/s). No refill has happened since they
+         * were taken (allowance, which refills, is the dispatcher's alone), so the bucket is back
+         * to at most what it held then: never above its capacity, and the limit still bounds
+         * the firings recorded. */
+        if (s->cfg.max_fires_per_s)
+            s->tokens += (double)(n - started);
     }
     pthread_mutex_unlock(&s->dlock);
     return NULL;
@@ -495,7 +517,8 @@ int chime__store_start_dispatcher(struct chime_store *s)
 {
     if (!s->dbuf && !(s->dbuf = malloc(sizeof(struct dispatch_buf))))
         return -ENOMEM;
-    s->tokens_at = mono_ns();
+    s->rate_clock = test_rate_clock ? test_rate_clock : mono_ns;
+    s->tokens_at = s->rate_clock();
     s->tokens = 1.0;
     /* The runtime calls back up to a tick late (0: its default, 1 ms: chime_timer.h). */
     chime__lead_init(&s->lead, s->cfg.runtime.tick_ns ? s->cfg.runtime.tick_ns : UINT64_C(1000000));

@@ -131,7 +131,8 @@ struct chime_store {
     int dstop;
     void *dbuf;                    /* the dispatcher's batch arrays (fire.c, struct dispatch_buf) */
     double tokens;                 /* the rate limit's bucket */
-    uint64_t tokens_at;            /* CLOCK_MONOTONIC when last refilled */
+    uint64_t tokens_at;            /* rate_clock's time when last refilled */
+    uint64_t (*rate_clock)(void);  /* the bucket's: CLOCK_MONOTONIC, or a test's */
     struct chime__lead lead;       /* how long before its due time a firing is recorded (lead.h) */
 
     /* acknowledgements queued in a burst (acks.c) */
@@ -264,6 +265,10 @@ extern void (*chime__store_tomb_hook)(void);
  * with its stripe locked: by a handler's runtime callback, and by the dispatcher for a queued one
  * (set while no store is open). */
 extern void (*chime__store_rewait_hook)(uint64_t wall);
+/* Test hook: the monotonic clock of the rate limit's token bucket for stores opened afterwards
+ * (NULL: CLOCK_MONOTONIC), so that a test decides when tokens come (fire.c). The dispatcher's waits
+ * for a token stay on CLOCK_MONOTONIC. */
+void chime__store_set_rate_clock(uint64_t (*now)(void));
 /* Test hook: the next n arms of runtime timers fail, as with no memory (fire.c). */
 void chime__store_refuse_arms(unsigned n);
 /* Wait until the keeper has finished any load begun before the call (tests). */

@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The durable store's rate limit (chime_store_config.max_fires_per_s; lib/store/fire.c, THE
+ * DISPATCHER): handlers start no faster than the token bucket allows, over any interval, and a
+ * token goes only to a handler that starts, not to a timer taken from the queue that does not (one
+ * cancelled while it waited). The second test runs the bucket on a clock of its own
+ * (chime__store_set_rate_clock), so that it decides when tokens come. A plain TAP program (tap.h).
+ */
+#include "store_api.h"
+
+#include "store/store.h"
+
+static void the_rate_limit_bounds_handler_starts_over_any_interval(void)
+{
+    fresh();
+    const uint64_t rate = 20;
+    const size_t n = 24;
+    struct chime_store_config cfg = { .max_fires_per_s = rate };
+    uint64_t opened = wall_ns(); /* the bucket starts with one token when the store opens */
+    chime_store *s = open_store(&cfg);
+    for (size_t i = 0; i < n; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "r%zu", i);
+        CHECK_EQ(put(s, key, "x", 0), 0);
+    }
+    recorder_wait(&rec, n);
+    CHECK_EQ(chime_store_close(s), 0);
+    /* The k-th start (from 1) happened when k tokens had been taken: at most 1 (the capacity, for
+     * this rate) plus rate per second since open. Slowness only makes starts later. */
+    uint64_t starts[24];
+    for (size_t i = 0; i < n; i++)
+        starts[i] = rec.f[i].at_wall;
+    for (size_t i = 1; i < n; i++) /* sort: workers may record out of order */
+        for (size_t k = i; k && starts[k] < starts[k - 1]; k--) {
+            uint64_t t = starts[k];
+            starts[k] = starts[k - 1];
+            starts[k - 1] = t;
+        }
+    for (size_t k = 1; k <= n; k++) /* k starts by starts[k-1]: at most 1 + rate * elapsed */
+        CHECK((k - 1) * SEC <= rate * (starts[k - 1] - opened), "start %zu came %.3f s after open",
+              k, (double)(starts[k - 1] - opened) / 1e9);
+}
+
+/* The rate limit's clock (chime__store_set_rate_clock): it stands still until the test moves it,
+ * and counts the dispatcher's looks at it since it last moved (each look is one decision). */
+static pthread_mutex_t rate_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t rate_at, rate_looks;
+
+static uint64_t rate_now(void)
+{
+    pthread_mutex_lock(&rate_lock);
+    uint64_t now = rate_at;
+    rate_looks++;
+    pthread_mutex_unlock(&rate_lock);
+    return now;
+}
+
+/* Move the rate limit's clock by `by`, and count the dispatcher's looks from here. */
+static void rate_move(uint64_t by)
+{
+    pthread_mutex_lock(&rate_lock);
+    rate_at += by;
+    rate_looks = 0;
+    pthread_mutex_unlock(&rate_lock);
+}
+
+/* Wait until the dispatcher has looked at the rate limit's clock n times since it last moved. */
+static void rate_wait_looks(uint64_t n)
+{
+    pthread_mutex_lock(&rate_lock);
+    while (rate_looks < n) {
+        pthread_mutex_unlock(&rate_lock);
+        sleep_ms(1); /* a poll: the dispatcher's rounds (it waits on the real clock for a token) */
+        pthread_mutex_lock(&rate_lock);
+    }
+    pthread_mutex_unlock(&rate_lock);
+}
+
+/* The length of the dispatcher's queue. */
+static size_t queued(chime_store *s)
+{
+    pthread_mutex_lock(&s->dlock);
+    size_t n = s->qlen;
+    pthread_mutex_unlock(&s->dlock);
+    return n;
+}
+
+/* Put key due at once, and wait until the dispatcher's queue holds n timers. */
+static void put_queued(chime_store *s, const char *key, size_t n)
+{
+    CHECK_EQ(put(s, key, "x", 0), 0);
+    while (queued(s) < n)
+        sleep_ms(1); /* a poll: the runtime's callback queues it */
+}
+
+/* Found in review: a timer cancelled while it waited for the rate limit spent a token when the
+ * dispatcher took it, so the live timer behind it waited for the next token (a second at 1/s).
+ * With the bucket's clock standing still, one token is given: the cancelled timer gives it back,
+ * the one behind it starts, and the next one does not, until the next token comes. */
+static void a_timer_cancelled_in_the_queue_spends_no_token(void)
+{
+    fresh();
+    rate_move(0);
+    chime__store_set_rate_clock(rate_now);
+    struct chime_store_config cfg = { .max_fires_per_s = 1 };
+    chime_store *s = open_store(&cfg);
+    chime__store_set_rate_clock(NULL);
+    CHECK_EQ(put(s, "first", "x", 0), 0); /* the bucket's one token at open */
+    recorder_wait_key(&rec, "first", 1, NULL);
+    put_queued(s, "cancelled", 1);
+    put_queued(s, "live", 2);
+    put_queued(s, "next", 3);
+    CHECK_EQ(cancel(s, "cancelled"), 0);
+    rate_move(SEC); /* one token */
+    /* Three decisions: "cancelled" taken (and its token given back), "live" taken, and then, no
+     * token left, "next" left in the queue. With the clock standing, nothing changes after. */
+    rate_wait_looks(3);
+    size_t n = queued(s);
+    CHECK(n == 1, "%zu timers queued, not 1: the cancelled one's token was %s", n,
+          n ? "spent" : "given twice");
+    recorder_wait_key(&rec, "live", 1, NULL);
+    CHECK_EQ(recorder_count_key(&rec, "next"), 0); /* queued, it has not started */
+    rate_move(SEC); /* the next token */
+    recorder_wait_key(&rec, "next", 1, NULL);
+    CHECK_EQ(chime_store_close(s), 0);
+    CHECK_EQ(recorder_count_key(&rec, "cancelled"), 0);
+    CHECK_EQ(recorder_count(&rec), 3);
+}
+
+static const struct tap_test tests[] = {
+    { "the_rate_limit_bounds_handler_starts_over_any_interval",
+      the_rate_limit_bounds_handler_starts_over_any_interval },
+    { "a_timer_cancelled_in_the_queue_spends_no_token",
+      a_timer_cancelled_in_the_queue_spends_no_token },
+};
+
+int main(void)
+{
+    return store_tests_run(tests, (int)(sizeof tests / sizeof tests[0]), &dir, &rec, NULL);
+}
