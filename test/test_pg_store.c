@@ -415,7 +415,7 @@ static void test_calls_refused_after_a_failure_free_their_operation_once(void)
     uint64_t ticket = 1;
     CHECK_EQ(s->ops->cancel(s->b, "k", 1, 0, &victim, &ticket), -EIO);
     CHECK_EQ(s->ops->dead_drop(s->b, "k", 1, &ticket), -EIO);
-    CHECK_EQ(s->ops->dead_requeue(s->b, "k", 1, wall_ns(), &res, NULL, NULL, &ticket), -EIO);
+    CHECK_EQ(s->ops->dead_requeue(s->b, "k", 1, wall_ns(), NULL, &res, NULL, NULL, &ticket), -EIO);
     struct chime__put put = { "k", 1, "p", 1, wall_ns() + 3600 * SEC, 0, 0, 0 };
     CHECK_EQ(s->ops->put(s->b, &put, &res, &ticket), -EIO);
     chime_store_close(s); /* failed: its result is the failure's, not this test's subject */

@@ -35,9 +35,10 @@
  *   the backend synchronises itself. The logic serialises operations on one key: put, cancel, fire,
  *   ack, bury, requeue and drop for the same key never overlap, and they reach the backend in the
  *   order the logic decided them (it holds that key's lock across the call; fire is called only for
- *   timers the logic has taken out of a cancellable state). A backend must never call into the logic
- *   (the sink) from inside one of these calls while holding a lock that another of these calls can
- *   wait for: the sink takes the logic's key locks.
+ *   timers the logic has taken out of a cancellable state; dead_read, a read ahead of a requeue, is
+ *   not serialised). A backend must never call into the logic (the sink) from inside one of these
+ *   calls while holding a lock that another of these calls can wait for: the sink takes the
+ *   logic's key locks.
  *
  * DURABILITY (the promises the logic's contract in chime.h rests on)
  *   D1 put, cancel, dead_requeue and dead_drop record the change and return a ticket; the change is
@@ -152,6 +153,13 @@ struct chime__firing {
                                 fence is stale): drop it without running the handler */
 };
 
+/* A key's dead letter as dead_read found it, ahead of its requeue. */
+struct chime__dead {
+    uint64_t version;        /* 0: the key had none */
+    void *payload;           /* a copy (malloc'ed: the caller frees it), NULL if none */
+    size_t payload_len;
+};
+
 struct chime__backend_stats {
     uint64_t pending;        /* pending timers, everywhere */
     uint64_t dead;           /* dead letters */
@@ -247,15 +255,29 @@ struct chime__backend_ops {
     int (*dead_list)(struct chime__backend *b, chime__timer_fn *fn, void *ctx);
 
     /*
+     * Optional (NULL: dead_requeue reads the dead letter itself). Read key's dead letter for a
+     * requeue, before the logic locks the key: a read that may take long (the journal's: a flush
+     * of its log into a run, then a scan of its runs) then holds up no other key of the logic's
+     * stripe. *out receives its version (0: none) and a copy of its payload. The key's calls are
+     * not serialised with this one: dead_requeue checks that its dead letter is still this one.
+     * Return: 0; -EIO, -ENOSPC; -ENOMEM; -EBADMSG (the backend is damaged).
+     */
+    int (*dead_read)(struct chime__backend *b, const void *key, size_t key_len,
+                     struct chime__dead *out);
+
+    /*
      * Make key's dead letter a pending timer again, due at due_ns, with its payload and attempt 0,
      * replacing the key's pending timer if any (D1, as put). fn is called once, before this returns,
      * with the new timer (its payload is the dead letter's), so that the logic can arm it; *res is
-     * filled before fn is called (the logic reads res->owned there).
-     * Return: 0 and *ticket; -ENOENT if the key has no dead letter; -EIO, -ENOSPC; -ENOMEM.
+     * filled before fn is called (the logic reads res->owned there). `seen` is what dead_read
+     * returned, or NULL if the backend has none: if the key's dead letter is no longer seen's,
+     * nothing is written and -EAGAIN returned (the logic reads it again).
+     * Return: 0 and *ticket; -ENOENT if the key has no dead letter; -EAGAIN; -EIO, -ENOSPC;
+     * -ENOMEM.
      */
     int (*dead_requeue)(struct chime__backend *b, const void *key, size_t key_len, uint64_t due_ns,
-                        struct chime__put_result *res, chime__timer_fn *fn, void *ctx,
-                        uint64_t *ticket);
+                        const struct chime__dead *seen, struct chime__put_result *res,
+                        chime__timer_fn *fn, void *ctx, uint64_t *ticket);
 
     /*
      * Delete key's dead letter for good (D1).

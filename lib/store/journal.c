@@ -345,53 +345,69 @@ static int find_dead(void *ctx, const struct chime__rec *r)
     return 1; /* found: stop */
 }
 
-static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_len,
-                          uint64_t due_ns, struct chime__put_result *res, chime__timer_fn *fn,
-                          void *ctx, uint64_t *ticket)
+/* The key's dead letter, read outside every lock of the logic (backend.h, dead_read): its version
+ * from the index, its payload from the runs, after a flush of what the log holds (disk writes and
+ * syncs, which once held up the whole stripe of the logic's keys: found in review). */
+static int j_dead_read(struct chime__backend *j, const void *key, size_t key_len,
+                       struct chime__dead *out)
 {
     struct chime__ikey k;
     chime__index_key(j->ix, key, key_len, &k);
-    uint64_t dead = 0, unused, lsn = 0, old = 0, old_due = 0;
+    uint64_t dead = 0, unused;
     chime__index_lock(j->ix, &k);
     int err = chime__journal_error(j);
     int had = err ? 0 : lookup(j, CHIME__IX_DEAD, &k, &dead, &unused);
     chime__index_unlock(j->ix, &k);
-    if (err || had < 0)
-        return err ? err : had;
-    if (!had)
-        return -ENOENT;
-    /* Read its payload from the runs (unlocked: the logic serialises calls for this key, so the dead
-     * letter cannot change meanwhile). */
+    *out = (struct chime__dead){ 0, NULL, 0 };
+    if (err || had <= 0)
+        return err ? err : had; /* none: version 0 */
+    /* Every record appended before the lookup is in a run after the flush: the dead letter too. */
     struct handover h = { .version = dead };
     err = chime__journal_flush_all(j);
     if (!err)
         err = read_runs(j, 1, 0, 0, find_dead, &h);
     if (err == 1)
-        err = 0;
-    else if (!err)
-        err = -EBADMSG; /* the index names a dead letter the journal does not hold */
+        *out = (struct chime__dead){ dead, h.payload, h.payload_len };
+    else
+        free(h.payload);
+    return err == 1 ? 0 : err ? err : -EBADMSG; /* the index names a dead letter no run holds */
+}
 
+static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_len,
+                          uint64_t due_ns, const struct chime__dead *seen,
+                          struct chime__put_result *res, chime__timer_fn *fn, void *ctx,
+                          uint64_t *ticket)
+{
+    struct chime__dead own = { 0, NULL, 0 }; /* a caller without dead_read (tests) */
+    int err = seen ? 0 : j_dead_read(j, key, key_len, &own);
+    if (err)
+        return err;
+    if (!seen)
+        seen = &own;
+    struct chime__ikey k;
+    chime__index_key(j->ix, key, key_len, &k);
+    uint64_t lsn = 0;
     chime__index_lock(j->ix, &k);
-    int found = 0;
-    if (!err)
-        err = chime__journal_error(j);
+    err = chime__journal_error(j);
     /* Every read, growth and batch write first: once the record is in the log, nothing may fail. */
     struct chime__islot pat = { 0, 0, 0, 0, 0 }, dat = { 0, 0, 0, 0, 0 };
     if (!err)
         err = index_grow_failed(j, chime__index_reserve(j->ix, CHIME__IX_PENDING, &k));
     if (!err)
         err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &pat));
-    found = pat.found;
-    old = pat.version;
-    old_due = pat.due;
     if (!err)
         err = index_failed(j, chime__index_room(j->ix, CHIME__IX_DEAD, &k));
     if (!err)
         err = index_failed(j, chime__index_find(j->ix, CHIME__IX_DEAD, &k, &dat));
+    /* The dead letter read is still the key's (a bury, drop or requeue of the key may have come
+     * between: the logic then reads it again). Versions only grow, so the same version is the
+     * same record, with the payload read. */
+    if (!err && (!dat.found || dat.version != seen->version))
+        err = dat.found ? -EAGAIN : -ENOENT;
     struct chime__rec r = { .type = CHIME__PUT, .key_len = (uint16_t)key_len, .key = key,
-                            .payload_len = (uint32_t)h.payload_len, .payload = h.payload,
-                            .due = due_ns, .kill_version = found ? old : 0,
-                            .kill_due = found ? old_due : 0, .kill_dead = dead };
+                            .payload_len = (uint32_t)seen->payload_len, .payload = seen->payload,
+                            .due = due_ns, .kill_version = pat.found ? pat.version : 0,
+                            .kill_due = pat.found ? pat.due : 0, .kill_dead = dat.version };
     if (!err)
         err = chime__wal_append(j->wal, &r, 1, &lsn);
     if (!err)
@@ -402,14 +418,15 @@ static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_
     chime__index_unlock(j->ix, &k);
     if (!err) {
         *res = (struct chime__put_result){ .ref = { r.version, 0 },
-                                           .replaced = { found ? old : 0, 0 }, .owned = 1 };
-        struct chime__timer t = { .key = key, .key_len = key_len, .payload = h.payload,
-                                  .payload_len = h.payload_len, .due_ns = due_ns,
+                                           .replaced = { pat.found ? pat.version : 0, 0 },
+                                           .owned = 1 };
+        struct chime__timer t = { .key = key, .key_len = key_len, .payload = seen->payload,
+                                  .payload_len = seen->payload_len, .due_ns = due_ns,
                                   .ref = res->ref };
         fn(ctx, &t);
         *ticket = lsn;
     }
-    free(h.payload);
+    free(own.payload);
     return err;
 }
 
@@ -560,6 +577,7 @@ const struct chime__backend_ops chime__journal_ops = {
     .bury = j_bury,
     .load = j_load,
     .dead_list = j_dead_list,
+    .dead_read = j_dead_read,
     .dead_requeue = j_dead_requeue,
     .dead_drop = j_dead_drop,
     .sync = j_sync,

@@ -230,13 +230,19 @@ static int usable(const chime_store *s)
     return atomic_load_explicit(&s->error, memory_order_relaxed);
 }
 
+/* Whether a call on one key may go on. Return: 0 or the error. */
+static int check_call(const chime_store *s, const void *key, size_t key_len)
+{
+    if (!s || !check_key(key, key_len))
+        return -EINVAL;
+    return usable(s);
+}
+
 /* The start of every call on one key: check it, and lock its stripe. Return: 0 (locked) or the error. */
 static int begin(chime_store *s, const void *key, size_t key_len, uint64_t *hash,
                  struct hot_stripe **st)
 {
-    if (!s || !check_key(key, key_len))
-        return -EINVAL;
-    int err = usable(s);
+    int err = check_call(s, key, key_len);
     if (err)
         return err;
     *hash = chime__store_hash(s, key, key_len);
@@ -395,20 +401,40 @@ static int requeued(void *ctx, const struct chime__timer *t)
     return 0;
 }
 
+/*
+ * The dead letter is read first, with the stripe unlocked (backend.h, dead_read): the journal's
+ * read flushes its log and scans its runs, and with the stripe locked every call on the keys that
+ * share it waited for that (found in review). The requeue itself is decided with the stripe
+ * locked, as a put is, and only if the key's dead letter is still the one read: if a bury, drop
+ * or requeue of the key came in between (-EAGAIN), it is read again. Each retry follows another
+ * call that changed the key's dead letter.
+ */
 CHIME_API int chime_store_dead_requeue(chime_store *s, const void *key, size_t key_len,
                                        uint64_t due_ns)
 {
     struct chime__put_result res;
-    struct requeue q = { s, NULL, 0, NULL, NULL, &res, 0 };
     uint64_t ticket = 0;
-    int err = begin(s, key, key_len, &q.hash, &q.st);
-    if (err)
-        return err;
-    chime__store_find(q.st, q.hash, key, key_len, &q.pending, &q.running);
-    err = s->ops->dead_requeue(s->b, key, key_len, due_ns, &res, requeued, &q, &ticket);
-    if (!err && q.running)
-        chime__store_supersede(q.st, q.running);
-    pthread_mutex_unlock(&q.st->lock);
+    int err;
+    do {
+        struct chime__dead seen = { 0, NULL, 0 };
+        err = check_call(s, key, key_len);
+        if (!err && s->ops->dead_read)
+            err = s->ops->dead_read(s->b, key, key_len, &seen);
+        struct requeue q = { s, NULL, 0, NULL, NULL, &res, 0 };
+        if (!err)
+            err = begin(s, key, key_len, &q.hash, &q.st);
+        if (err) {
+            free(seen.payload);
+            return err;
+        }
+        chime__store_find(q.st, q.hash, key, key_len, &q.pending, &q.running);
+        err = s->ops->dead_requeue(s->b, key, key_len, due_ns, s->ops->dead_read ? &seen : NULL,
+                                   &res, requeued, &q, &ticket);
+        if (!err && q.running)
+            chime__store_supersede(q.st, q.running);
+        pthread_mutex_unlock(&q.st->lock);
+        free(seen.payload);
+    } while (err == -EAGAIN);
     return err ? err : durable(s, ticket);
 }
 

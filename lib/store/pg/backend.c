@@ -317,6 +317,7 @@ const struct chime__backend_ops chime__pg_ops = {
     .bury = chime__pg_bury,
     .load = chime__pg_load,
     .dead_list = pg_dead_list,
+    .dead_read = NULL, /* one statement reads and requeues the dead letter (lanes.c) */
     .dead_requeue = chime__pg_dead_requeue,
     .dead_drop = chime__pg_dead_drop,
     .sync = pg_sync,

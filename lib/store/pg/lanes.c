@@ -352,9 +352,11 @@ int chime__pg_bury(struct chime__backend *b, const struct chime__timer *t)
 }
 
 int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key_len,
-                           uint64_t due_ns, struct chime__put_result *res, chime__timer_fn *fn,
-                           void *ctx, uint64_t *ticket)
+                           uint64_t due_ns, const struct chime__dead *seen,
+                           struct chime__put_result *res, chime__timer_fn *fn, void *ctx,
+                           uint64_t *ticket)
 {
+    (void)seen; /* no dead_read: the database reads the dead letter in the same statement */
     uint64_t due;
     if (due_stored(due_ns, 0, &due))
         return -EINVAL;

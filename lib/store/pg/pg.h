@@ -336,8 +336,9 @@ int chime__pg_wait(struct chime__backend *b, uint64_t ticket);
 int chime__pg_ack(struct chime__backend *b, const struct chime__timer *t, int current);
 int chime__pg_bury(struct chime__backend *b, const struct chime__timer *t);
 int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key_len,
-                           uint64_t due_ns, struct chime__put_result *res, chime__timer_fn *fn,
-                           void *ctx, uint64_t *ticket);
+                           uint64_t due_ns, const struct chime__dead *seen,
+                           struct chime__put_result *res, chime__timer_fn *fn, void *ctx,
+                           uint64_t *ticket);
 int chime__pg_dead_drop(struct chime__backend *b, const void *key, size_t key_len,
                         uint64_t *ticket);
 
