@@ -284,7 +284,9 @@ CHIME_API int chime_store_dead_list(chime_store *s, chime_dead_fn *fn, void *ctx
  *         chime_store_cancel, or for due_ns as chime_store_put; -EIO, -ENOSPC, -ESHUTDOWN, -ENOMEM
  *         as chime_store_cancel; -EBADMSG if the journal does not hold the dead letter its index
  *         names, or the store has failed with it.
- * Complexity and thread safety: as chime_store_put.
+ * Complexity: the journal first reads the dead letter (a flush of its log into a run and a scan of
+ * its runs' dead letters, outside the key's lock, so other keys do not wait for it), then as
+ * chime_store_put; PostgreSQL: one statement. Thread safety: as chime_store_put.
  */
 CHIME_API int chime_store_dead_requeue(chime_store *s, const void *key, size_t key_len,
                                        uint64_t due_ns);

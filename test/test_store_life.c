@@ -3,8 +3,8 @@
  * The durable store's API across its lifetime (include/chime.h, "Durable timers"): restarts, far
  * timers kept on disk, bad input and bad configurations, a second opener, close from and during a
  * handler, and a firing cut short by the process ending. test_store.c has the rules of firing,
- * replacing, cancelling, retries and dead letters, test_store_rate.c the rate limit. A plain TAP
- * program (tap.h).
+ * replacing, cancelling, retries and dead letters, test_store_rate.c the rate limit,
+ * test_store_dead.c a requeue beside its key's other calls. A plain TAP program (tap.h).
  */
 #include "store_api.h"
 
@@ -362,102 +362,6 @@ static void a_handler_running_during_close_gets_eshutdown(void)
     CHECK_EQ(atomic_load(&put_after_close), -ESHUTDOWN);
 }
 
-/* The journal's flusher held where it begins a run (its .tmp file), while armed, until let go. */
-static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int armed, held, go;
-} flush_gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 };
-
-static int hold_flush(void *ctx, enum chime__io_op op, const char *name, int fd)
-{
-    (void)ctx;
-    (void)fd;
-    if (op != CHIME_IO_OPEN || !name || !strstr(name, ".tmp"))
-        return 0;
-    pthread_mutex_lock(&flush_gate.lock);
-    if (flush_gate.armed) {
-        flush_gate.held = 1;
-        pthread_cond_broadcast(&flush_gate.cond);
-        while (!flush_gate.go)
-            pthread_cond_wait(&flush_gate.cond, &flush_gate.lock);
-    }
-    pthread_mutex_unlock(&flush_gate.lock);
-    return 0;
-}
-
-static _Atomic int requeue_rc = 1;
-
-static void *requeue_dead(void *arg)
-{
-    atomic_store(&requeue_rc, chime_store_dead_requeue(arg, "dead", 4, 0));
-    return NULL;
-}
-
-/* A requeue reads its dead letter from the journal's runs, after a flush of what the log holds
- * (disk writes and syncs). Found in review: it did so with its key's stripe locked, so that every
- * put, cancel and firing of the keys sharing the stripe (1/64 of them) waited for the flush. With
- * the flusher held, another key of that stripe is put, and the key itself fires and is buried
- * again: the requeue, let go, requeues that newer dead letter. */
-static void a_dead_requeue_holds_no_other_key_back_while_the_journal_flushes(void)
-{
-    fresh();
-    gate_reset();
-    gate.outcome = CHIME_STORE_DEAD; /* and the gate open: every firing is buried at once */
-    gate_open();
-    rec.reply = gated;
-    chime_store *s = open_store(NULL);
-    CHECK_EQ(put(s, "dead", "older", 0), 0);
-    recorder_wait(&rec, 1);
-    store_wait_idle(s); /* buried */
-    char other[16];
-    struct hot_stripe *st = chime__store_stripe(s, chime__store_hash(s, "dead", 4));
-    for (int i = 0;; i++) { /* a key of the same stripe: 64 tries or so */
-        snprintf(other, sizeof other, "n%d", i);
-        if (chime__store_stripe(s, chime__store_hash(s, other, strlen(other))) == st)
-            break;
-    }
-    chime__store_settle(s); /* the keeper's first load is over: nothing else flushes now */
-    pthread_mutex_lock(&flush_gate.lock);
-    flush_gate.armed = 1;
-    flush_gate.held = flush_gate.go = 0;
-    pthread_mutex_unlock(&flush_gate.lock);
-    chime__io_set_fault(hold_flush, NULL);
-    pthread_t t;
-    CHECK_EQ(pthread_create(&t, NULL, requeue_dead, s), 0);
-    pthread_mutex_lock(&flush_gate.lock);
-    while (!flush_gate.held)
-        pthread_cond_wait(&flush_gate.cond, &flush_gate.lock);
-    pthread_mutex_unlock(&flush_gate.lock);
-    int busy = pthread_mutex_trylock(&st->lock); /* what the other key's put would take */
-    if (!busy)
-        pthread_mutex_unlock(&st->lock);
-    CHECK(!busy, "the key's stripe is locked while the requeue waits for the journal's flush");
-    CHECK_EQ(put(s, other, "x", wall_ns() + 3600 * SEC), 0);
-    CHECK_EQ(put(s, "dead", "newer", 0), 0); /* fires, and is buried over the one being read */
-    recorder_wait_key(&rec, "dead", 2, NULL);
-    store_wait_handlers(s);
-    CHECK_EQ(atomic_load(&requeue_rc), 1); /* still waiting for the flush */
-    rec.reply = NULL;
-    pthread_mutex_lock(&flush_gate.lock);
-    flush_gate.armed = 0;
-    flush_gate.go = 1;
-    pthread_cond_broadcast(&flush_gate.cond);
-    pthread_mutex_unlock(&flush_gate.lock);
-    CHECK_EQ(pthread_join(t, NULL), 0);
-    chime__io_set_fault(NULL, NULL);
-    CHECK_EQ(atomic_load(&requeue_rc), 0);
-    struct firing f;
-    recorder_wait_key(&rec, "dead", 3, &f);
-    CHECK(strcmp(f.payload, "newer") == 0, "the requeue fired the dead letter %s", f.payload);
-    store_wait_handlers(s);
-    struct chime_store_stats stats;
-    chime_store_stats(s, &stats);
-    CHECK(stats.pending == 1 && stats.dead == 0, "pending %llu, dead %llu",
-          (unsigned long long)stats.pending, (unsigned long long)stats.dead);
-    CHECK_EQ(chime_store_close(s), 0);
-}
-
 static int64_t die_in_handler(void *ctx, const struct chime_fire *f)
 {
     (void)ctx;
@@ -584,8 +488,6 @@ static const struct tap_test tests[] = {
     { "close_from_a_handler_is_edeadlk", close_from_a_handler_is_edeadlk },
     { "a_handler_running_during_close_gets_eshutdown",
       a_handler_running_during_close_gets_eshutdown },
-    { "a_dead_requeue_holds_no_other_key_back_while_the_journal_flushes",
-      a_dead_requeue_holds_no_other_key_back_while_the_journal_flushes },
     { "a_firing_cut_by_the_process_ending_fires_again_with_attempt_plus_one",
       a_firing_cut_by_the_process_ending_fires_again_with_attempt_plus_one },
     { "a_firing_the_dispatcher_took_is_not_cancelled_before_the_backend_marks_it",

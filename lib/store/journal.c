@@ -345,32 +345,48 @@ static int find_dead(void *ctx, const struct chime__rec *r)
     return 1; /* found: stop */
 }
 
+/* The key's dead letter version in the index (0: none), or an error. */
+static int dead_version(struct chime__backend *j, const struct chime__ikey *k, uint64_t *dead)
+{
+    uint64_t unused;
+    *dead = 0;
+    chime__index_lock(j->ix, k);
+    int err = chime__journal_error(j);
+    int had = err ? 0 : lookup(j, CHIME__IX_DEAD, k, dead, &unused);
+    chime__index_unlock(j->ix, k);
+    return err ? err : had < 0 ? had : 0;
+}
+
 /* The key's dead letter, read outside every lock of the logic (backend.h, dead_read): its version
- * from the index, its payload from the runs, after a flush of what the log holds (disk writes and
- * syncs, which once held up the whole stripe of the logic's keys: found in review). */
+ * from the index, its payload from the runs after a flush of the log (which once held up a whole
+ * stripe of keys: found in review). The key's calls go on meanwhile, and a drop or requeue then a
+ * merge can take it out of the runs: a scan that misses it reads the key's dead letter of now if
+ * the index changed; only a version it still names that no run holds is damage. */
 static int j_dead_read(struct chime__backend *j, const void *key, size_t key_len,
                        struct chime__dead *out)
 {
     struct chime__ikey k;
     chime__index_key(j->ix, key, key_len, &k);
-    uint64_t dead = 0, unused;
-    chime__index_lock(j->ix, &k);
-    int err = chime__journal_error(j);
-    int had = err ? 0 : lookup(j, CHIME__IX_DEAD, &k, &dead, &unused);
-    chime__index_unlock(j->ix, &k);
     *out = (struct chime__dead){ 0, NULL, 0 };
-    if (err || had <= 0)
-        return err ? err : had; /* none: version 0 */
-    /* Every record appended before the lookup is in a run after the flush: the dead letter too. */
-    struct handover h = { .version = dead };
-    err = chime__journal_flush_all(j);
-    if (!err)
-        err = read_runs(j, 1, 0, 0, find_dead, &h);
-    if (err == 1)
-        *out = (struct chime__dead){ dead, h.payload, h.payload_len };
-    else
+    uint64_t dead = 0, now = 0;
+    int err = dead_version(j, &k, &dead);
+    while (!err && dead) {
+        struct handover h = { .version = dead };
+        err = chime__journal_flush_all(j);
+        if (!err)
+            err = read_runs(j, 1, 0, 0, find_dead, &h);
+        if (err == 1) {
+            *out = (struct chime__dead){ dead, h.payload, h.payload_len };
+            return 0;
+        }
         free(h.payload);
-    return err == 1 ? 0 : err ? err : -EBADMSG; /* the index names a dead letter no run holds */
+        if (!err && !(err = dead_version(j, &k, &now))) {
+            if (now == dead)
+                return -EBADMSG; /* the index names a dead letter no run holds */
+            dead = now;
+        }
+    }
+    return err;
 }
 
 static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_len,
@@ -378,17 +394,11 @@ static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_
                           struct chime__put_result *res, chime__timer_fn *fn, void *ctx,
                           uint64_t *ticket)
 {
-    struct chime__dead own = { 0, NULL, 0 }; /* a caller without dead_read (tests) */
-    int err = seen ? 0 : j_dead_read(j, key, key_len, &own);
-    if (err)
-        return err;
-    if (!seen)
-        seen = &own;
-    struct chime__ikey k;
+    struct chime__ikey k; /* `seen` is j_dead_read's (the journal has one) */
     chime__index_key(j->ix, key, key_len, &k);
     uint64_t lsn = 0;
     chime__index_lock(j->ix, &k);
-    err = chime__journal_error(j);
+    int err = chime__journal_error(j);
     /* Every read, growth and batch write first: once the record is in the log, nothing may fail. */
     struct chime__islot pat = { 0, 0, 0, 0, 0 }, dat = { 0, 0, 0, 0, 0 };
     if (!err)
@@ -426,7 +436,6 @@ static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_
         fn(ctx, &t);
         *ticket = lsn;
     }
-    free(own.payload);
     return err;
 }
 
