@@ -338,6 +338,71 @@ static void test_an_ack_meeting_its_shards_row_expired_before_a_renewal_commits_
     recorder_free(&rec);
 }
 
+/*
+ * An owner statement keeps its shard's row locked until it commits, also while it waits for the
+ * row of a key that another transaction holds (another node's put in a long transaction, an
+ * operator's SELECT ... FOR UPDATE in psql). Found in review: it locked the row FOR SHARE, which
+ * the node's own renewal, an UPDATE of that row, waits behind; a key held longer than the lease
+ * cost a live node its lease, and the shard came back in a new epoch whose takeover fired its
+ * timers again. Here the key stays locked until the lease as it stood when the acknowledgement
+ * blocked has expired by the database's clock. An acquisition must still wait for the statement
+ * (P1): the test takes the row as lease.c's acquisition does, and must be refused it.
+ */
+static void test_an_owner_statement_waiting_for_a_keys_lock_does_not_hold_up_the_renewal(void)
+{
+    CHECK_EQ(pg_cluster_db(&cluster, "lease_5", 1, 60, conninfo, sizeof conninfo), 0);
+    recorder_init(&rec, NULL);
+    rec.reply = hold_the_handler;
+    atomic_store(&fired_fence, 0); /* test 4 used them */
+    atomic_store(&handler_go, 0);
+    chime_store *s = NULL;
+    CHECK_EQ(pg_open_node(&s, conninfo, "a", &rec, 2 * SEC, 0), 0); /* alone: it holds shard 0 */
+    struct chime__backend *b = s->b;
+    struct pg_lane *l = b->lanes[0];
+    const char *k = "held-k";
+    CHECK_EQ(chime_store_put(s, k, strlen(k), "x", 1, wall_ns()), 0);
+    while (!atomic_load(&fired_fence))
+        sleep_ms(2); /* a poll on the handler's flag: k's firing is recorded */
+    uint64_t epoch = pg_fence_epoch(atomic_load(&fired_fence));
+    PGconn *obs = pg_connect_or_die(conninfo), *t1 = pg_connect_or_die(conninfo);
+    lock_key(t1, k);
+    uint64_t ack_seq = lane_seq(l) + 1;
+    atomic_store(&handler_go, 1);
+    wait_blocked_by(obs, PQbackendPID(t1)); /* the acknowledgement has locked the shard's row */
+    long long expiry = pg_value(obs, "SELECT (extract(epoch FROM expires) * 1e6)::int8"
+                                     " FROM chime.shards WHERE shard = 0");
+    char moved[160];
+    snprintf(moved, sizeof moved,
+             "SELECT count(*) FROM chime.shards WHERE shard = 0"
+             " AND (extract(epoch FROM expires) * 1e6)::int8 > %lld",
+             expiry);
+    long long renewed;
+    while ((renewed = pg_value(obs, moved)) == 0 &&
+           pg_value(obs, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                         " AND application_name = 'chime a lease'") == 0)
+        sleep_ms(2); /* a poll on the shard's row and on the server's lock waits */
+    CHECK(renewed == 1, "the renewal of shard 0 waits for a lock while the acknowledgement of %s"
+                        " waits for %s's row", k, k);
+    wait_db_clock_past(obs, expiry);
+    CHECK_EQ(pg_value(obs, "SELECT count(*) FROM (SELECT shard FROM chime.shards"
+                           " WHERE shard = 0 FOR UPDATE SKIP LOCKED) AS acquisition"), 0);
+    CHECK(pg_command(t1, "ROLLBACK"), "t1");
+    while (atomic_load(&l->committed) < ack_seq)
+        sleep_ms(2); /* a poll on the lane's progress */
+    long long ended = pg_value(obs, "SELECT coalesce(end_epoch, -1) FROM chime.keys"
+                                    " WHERE key = 'held-k'::bytea");
+    CHECK(ended == (long long)epoch, "%s's acknowledgement in epoch %llu was refused (end_epoch"
+          " %lld)", k, (unsigned long long)epoch, ended);
+    CHECK_EQ(pg_owner(obs, 0, NULL, 0), (long long)epoch); /* the same epoch, unexpired */
+    CHECK_EQ(chime__pg_epoch_of(b, 0), epoch);
+    CHECK_EQ(atomic_load(&b->lost), 0);
+    CHECK_EQ(recorder_count_key(&rec, k), 1);
+    CHECK_EQ(chime_store_close(s), 0);
+    PQfinish(obs);
+    PQfinish(t1);
+    recorder_free(&rec);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -349,6 +414,8 @@ int main(void)
           test_a_takeover_fetched_after_the_expiry_its_snapshot_saw_still_reads_the_shard },
         { "an_ack_meeting_its_shards_row_expired_before_a_renewal_commits_still_commits",
           test_an_ack_meeting_its_shards_row_expired_before_a_renewal_commits_still_commits },
+        { "an_owner_statement_waiting_for_a_keys_lock_does_not_hold_up_the_renewal",
+          test_an_owner_statement_waiting_for_a_keys_lock_does_not_hold_up_the_renewal },
     };
     return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
 }
