@@ -10,9 +10,9 @@
  *     behind something stuck) is rolled back and run again. It also bounds how long a put can sit
  *     between taking its version and inserting it, far below the partition width that P4 needs.
  *   idle_in_transaction_session_timeout max(lease / 2, 1 s): a node paused inside a transaction
- *     (SIGSTOP) holds row locks, among them FOR SHARE locks on shard rows that a takeover must
- *     update; the server ends such a session within that time, so a takeover waits at most that
- *     long beyond the lease.
+ *     (SIGSTOP) holds row locks, among them FOR KEY SHARE locks on shard rows that a takeover must
+ *     lock FOR UPDATE; the server ends such a session within that time, so a takeover waits at
+ *     most that long beyond the lease.
  *   application_name "chime <node> <role>", so that pg_stat_activity says who is who.
  *
  * DEAD PEERS. A server whose machine dies, or a network that drops everything, closes nothing: a

@@ -6,17 +6,29 @@
  * FIRE (D2, P1). One statement, in a transaction of its own (so it has committed, synchronously,
  * when its result arrives): each firing's row gets attempt + 1 and fire_epoch = the firing's epoch,
  * if the version is still pending and the firing's (shard, epoch) is a lease this node holds, by
- * the database's clock, locked FOR SHARE until the commit. A firing the statement does not return is
- * -ESTALE: replaced, cancelled, or its lease lapsed. The statement is idempotent (attempt is set,
- * not incremented), so a connection lost before its result simply runs it again, for the firings
- * whose lease this node still believes in; once a lease lapses locally its firings are -ESTALE,
- * so fire never waits longer than a lease for a database that is away.
- * The expiry is checked on the row the statement locked (the s.expires in the join, not in the
- * locking WHERE): a row the snapshot shows expired is never locked nor looked at again, although a
- * renewal committed after the snapshot may have extended it, and a firing refused so in an epoch
- * the node goes on holding is never armed again in it (statements.h: the same for ack, bury and
- * retry). The locking WHERE has `expires > now()`, only not to lock rows expired before the
- * transaction began.
+ * the database's clock, locked FOR KEY SHARE until the commit (lease.c, LOCK MODES: the lease's
+ * renewal does not wait for it, the next acquisition does). A firing the statement does not return
+ * is -ESTALE: replaced, cancelled, or its lease lapsed. The statement is idempotent (attempt is
+ * set, not incremented), so a connection lost before its result simply runs it again, for the
+ * firings whose lease this node still believes in; once a lease lapses locally its firings are
+ * -ESTALE, so fire never waits longer than a lease for a database that is away.
+ * The expiry is checked on the row the statement locked, against the statement's start:
+ * s.expires > statement_timestamp() in the join (statements.h: the same for ack, bury and retry).
+ * A row that only renewals changed since the snapshot is locked FOR KEY SHARE as the snapshot has
+ * it, with no wait and no second look (PostgreSQL looks again only after a conflicting lock: an
+ * acquisition's), so its expiry may be one that renewals have moved on since. Against the
+ * statement's start that refuses nothing the node keeps: in an epoch it keeps, every moment is
+ * covered by a belief resting on renewals already committed, each ending a quarter lease before
+ * the expiry it wrote (P2), so the row a statement's snapshot shows is unexpired at its start,
+ * however long the statement then waits for a key's row that another transaction holds. A row
+ * expired at the start means the belief had lapsed, and a lapse is followed by a retake in a new
+ * epoch, whose takeover reads the timer again. Not clock_timestamp(): when the check runs is the
+ * plan's choice (a hash join's build runs it once per shard before any update, as PostgreSQL 15
+ * plans it; a nested loop would run it again for each key, after the waits for the keys before
+ * it), and a check run past the expiry of the row as locked would refuse a firing in an epoch the
+ * node goes on holding, its timer never armed again in it. Against the statement's start it means
+ * the same whenever it runs (test_pg_lease). The locking WHERE has `expires > now()`, only not to
+ * lock rows expired before the transaction began.
  *
  * READS (P7). A read covers the owned shards, each in the epoch this node holds, and hands over
  * each pending version with part in [from, until), skipping versions whose firing this node
@@ -58,9 +70,10 @@ static const char fire_sql[] =
     " WITH ORDINALITY AS f(key, version, attempt, shard, epoch, i)),"
     " s AS MATERIALIZED (SELECT shard, epoch, expires FROM chime.shards"
     " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $6 AND token = $7::int8"
-    " AND expires > now() ORDER BY shard FOR SHARE)"
+    " AND expires > now() ORDER BY shard FOR KEY SHARE)"
     " UPDATE chime.keys k SET attempt = f.attempt, fire_epoch = f.epoch"
-    " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch AND s.expires > clock_timestamp()"
+    " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch"
+    " AND s.expires > statement_timestamp()"
     " WHERE k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL RETURNING f.i";
 
 static void be64(char out[8], uint64_t v)

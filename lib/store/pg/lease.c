@@ -32,23 +32,41 @@
  * whose takeover reads them again.
  *
  * ACQUISITION is an UPDATE of the shard's row, epoch + 1, from rows locked FOR UPDATE SKIP LOCKED:
- * a row an owner statement holds FOR SHARE (P1) is skipped, and taken next round. Each
+ * a row an owner statement holds FOR KEY SHARE (P1) is skipped, and taken next round. Each
  * acquisition is recorded in chime.leases, `acquired` by clock_timestamp() once the row is taken:
- * the statement's now() is its start, before it tried the row's lock, and an acknowledgement of
- * the old epoch may record its ended_at and commit in between (legitimately: it checked the row
- * while the row still said that epoch, and held it FOR SHARE until its commit), which would then
- * look later than the new epoch's start. This holds for a retake and for an expired lease alike
- * (an acknowledgement checks expiry when it locks the row, and takes ended_at after). The shards
- * acquired are registered (under own_lock) and handed to the loader, which reads their timers
- * (P7).
+ * the statement's now() is its start, before it tried the row's lock, and an acknowledgement of the
+ * old epoch may record its ended_at and commit in between (legitimately: it checked the row while
+ * the row still said that epoch, and held it FOR KEY SHARE until its commit), which would then look
+ * later than the new epoch's start. This holds for a retake and for an expired lease alike (an
+ * acknowledgement checks expiry as of its statement's start, and takes ended_at after). The shards
+ * acquired are registered (under own_lock) and handed to the loader, which reads their timers (P7).
  *
  * TAKEOVER TIME. A node killed with its lease renewed at database time r: its leases and heartbeat
  * expire at r + lease, at most lease after it died. The others wake at that instant (they know the
  * time left of every foreign lease from the last round) plus 2 ms, see it dead, acquire its shards
  * and read their timers, the next two seconds' first (loader.c). So its timers fire again within
  * lease + (a round trip + the read of that first chunk + a firing's commit); docs/perf.md gives the
- * measured figure. A node paused inside a transaction holds FOR SHARE locks until the server ends
- * its session (idle_in_transaction_session_timeout, conn.c): add at most max(lease / 2, 1 s) then.
+ * measured figure. A node paused inside a transaction holds FOR KEY SHARE locks until the server
+ * ends its session (idle_in_transaction_session_timeout, conn.c): add at most max(lease / 2, 1 s)
+ * then.
+ *
+ * LOCK MODES. An owner statement (fire, ack, bury, retry) holds its shards' rows locked until it
+ * commits (P1), and may wait meanwhile for the row of a key that another transaction holds: another
+ * node's put in a long transaction, an operator's SELECT ... FOR UPDATE, a process paused. It locks
+ * them FOR KEY SHARE, which conflicts only with FOR UPDATE. The renewal and a release update no key
+ * column of the row (FOR NO KEY UPDATE, in PostgreSQL's terms), so they go on meanwhile. Found in
+ * review: owner statements locked FOR SHARE, which the renewal's UPDATE queues behind; a key held
+ * longer than the lease cost a live node its lease, and the shard came back in a new epoch whose
+ * takeover fired its timers again (test_pg_lease). What must wait for an owner statement is a new
+ * epoch, and only an acquisition begins one: it locks the rows FOR UPDATE before it updates them,
+ * so it waits for (or, SKIP LOCKED, skips) every owner statement that holds one, also after
+ * renewals updated the row (PostgreSQL carries KEY SHARE locks over to a row's new version across
+ * updates of no key column; test_pg_lease takes the row so while an acknowledgement waits). Keep
+ * that FOR UPDATE: the acquisition's UPDATE alone takes FOR NO KEY UPDATE, and would not wait. A
+ * release committed while an owner statement of the released epoch holds its row lets that
+ * statement commit in its epoch, before the next acquisition, which waits for it: what a drain is
+ * for. The statement itself still waits for the key, and its thread (a lane, or fire()) with it, as
+ * a put of that key would; the node's leases no longer do.
  */
 #define _GNU_SOURCE
 #include <errno.h>

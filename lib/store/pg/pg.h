@@ -21,20 +21,22 @@
  *
  * EPOCHS AND FENCES. Each acquisition of a shard increments its epoch (renewals keep it). A timer is
  * handed to the logic with fence = epoch << 16 | shard. Every statement that writes as the owner
- * (fire, ack, bury, retry) locks its shards' rows of chime.shards FOR SHARE (shard, owner, token,
- * not expired when its transaction began) and then checks, on the rows it locked, epoch and
- * expires > clock_timestamp(); an acquisition is an UPDATE of the same row. So the two exclude
- * each other: an owner's write commits either before the next epoch begins (and the next owner's
- * loads see it) or not at all. Reads (load, takeover, poll, notified keys) join on (shard, owner,
- * token, epoch, expires > now()) and lock nothing (firing.c, EXPIRY IN A READ, and FIRE: why never
+ * (fire, ack, bury, retry) locks its shards' rows of chime.shards FOR KEY SHARE (shard, owner,
+ * token, not expired when its transaction began) and then checks, on the rows it locked, epoch and
+ * expires > statement_timestamp() (firing.c, FIRE: the statement's start, not the clock when the
+ * check runs); an acquisition locks the same row FOR UPDATE, then updates it. So
+ * the two exclude each other, while a renewal conflicts with neither (lease.c, LOCK MODES): an
+ * owner's write commits either before the next epoch begins (and the next owner's loads see it) or
+ * not at all. Reads (load, takeover, poll, notified keys) join on (shard, owner, token, epoch,
+ * expires > now()) and lock nothing (firing.c, EXPIRY IN A READ, and FIRE: why never
  * clock_timestamp() against a snapshot's row).
  *
  * INVARIANTS (each is argued where the code keeps it; the tests crash, pause and restart against
  * them):
  *   P1 Only the owner of a shard in epoch e records a firing, an acknowledgement, a burial or a retry
- *      in e, and only while e is current and unexpired by the database's clock (the FOR SHARE join
- *      above). A node paused past its lease can do neither once it continues: the row no longer
- *      matches. (firing.c, lanes.c)
+ *      in e, and only while e is current and unexpired by the database's clock (the FOR KEY SHARE
+ *      join above). A node paused past its lease can do neither once it continues: the row no
+ *      longer matches. (firing.c, lanes.c)
  *   P2 A handler starts only while its node believes its lease valid, and that belief is
  *      conservative: a lease renewed by a request sent at monotonic time t is believed until
  *      t + 3/4 lease, while the database keeps it until at least t + lease (its now() is later than

@@ -5,13 +5,13 @@
  * transactions lock the rows of keys they share in the same order (a deadlock is retried, but costs
  * a round trip).
  *
- * Owner statements (ack, bury, retry) lock the shard rows they act for FOR SHARE (owner and token,
- * and not expired before the transaction began), then check epoch and expiry by the database's
- * clock on the rows they locked: an acquisition updates those rows, so it waits for them and they
- * fail after it (pg.h, P1). The expiry is checked after the lock, as clock_timestamp() against the
- * row locked (the latest version), never in the locking WHERE, which sees the row as the
- * statement's snapshot has it: a renewal committed since is not there, so a shard whose renewed
- * lease looked expired was skipped, not locked, and its outcomes refused (firing.c, FIRE).
+ * Owner statements (ack, bury, retry) lock the shard rows they act for FOR KEY SHARE (owner and
+ * token, and not expired before the transaction began), then check epoch and expiry by the
+ * database's clock on the rows they locked: an acquisition locks those rows FOR UPDATE before it
+ * changes them, so it waits for them and they fail after it (pg.h, P1). Not FOR SHARE, which the
+ * node's own renewal waits behind while the statement waits for a key's row (lease.c, LOCK MODES).
+ * The expiry is checked on the row locked, against the statement's start (statement_timestamp()),
+ * never against clock_timestamp(): firing.c, FIRE, says why.
  */
 #ifndef CHIME_STORE_PG_STATEMENTS_H
 #define CHIME_STORE_PG_STATEMENTS_H
@@ -53,10 +53,10 @@
     " AS f(key, if_version, shard, epoch, due, part, attempt, payload, i)),"                       \
     " s AS MATERIALIZED (SELECT shard, epoch, expires FROM chime.shards"                           \
     " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $9 AND token = $10::int8" \
-    " AND expires > now() ORDER BY shard FOR SHARE),"                                              \
+    " AND expires > now() ORDER BY shard FOR KEY SHARE),"                                          \
     " v AS MATERIALIZED " PG_VERSION_BASE ","                                                      \
     " g AS MATERIALIZED (SELECT f.*, v.base + f.i AS nv FROM v, f"                                 \
-    " JOIN s ON s.shard = f.shard AND s.epoch = f.epoch AND s.expires > clock_timestamp()"         \
+    " JOIN s ON s.shard = f.shard AND s.epoch = f.epoch AND s.expires > statement_timestamp()"     \
     " ORDER BY f.key),"                                                                            \
     " k AS (UPDATE chime.keys k SET version = g.nv, part = g.part, attempt = g.attempt,"           \
     " fire_epoch = 0 FROM g WHERE k.key = g.key AND k.version = g.if_version"                      \
@@ -82,10 +82,10 @@
     " AS f(key, version, shard, epoch)),"                                                          \
     " s AS MATERIALIZED (SELECT shard, epoch, expires FROM chime.shards"                           \
     " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $5 AND token = $6::int8"  \
-    " AND expires > now() ORDER BY shard FOR SHARE)"                                               \
+    " AND expires > now() ORDER BY shard FOR KEY SHARE)"                                           \
     " UPDATE chime.keys k SET end_epoch = f.epoch, ended_at = clock_timestamp()"                   \
     " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch"                                    \
-    " AND s.expires > clock_timestamp()"                                                           \
+    " AND s.expires > statement_timestamp()"                                                       \
     " WHERE k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL"
 
 /* Burials: $1 keys, $2 versions, $3 shards, $4 epochs, $5 dues, $6 attempts, $7 payloads,
@@ -96,10 +96,10 @@
     " $6::int4[], $7::bytea[]) AS f(key, version, shard, epoch, due, attempt, payload)),"          \
     " s AS MATERIALIZED (SELECT shard, epoch, expires FROM chime.shards"                           \
     " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $8 AND token = $9::int8"  \
-    " AND expires > now() ORDER BY shard FOR SHARE),"                                              \
+    " AND expires > now() ORDER BY shard FOR KEY SHARE),"                                          \
     " k AS (UPDATE chime.keys k SET end_epoch = f.epoch, ended_at = clock_timestamp()"             \
     " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch"                                    \
-    " AND s.expires > clock_timestamp()"                                                           \
+    " AND s.expires > statement_timestamp()"                                                       \
     " WHERE k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL RETURNING k.key)"      \
     " INSERT INTO chime.dead AS d (key, shard, due, attempt, payload, died)"                       \
     " SELECT f.key, f.shard, f.due, f.attempt, f.payload, clock_timestamp() FROM f"                \
