@@ -199,7 +199,7 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
  * Return: 0 (with CHIME_SYNC_EACH: the put is on stable storage); -EINVAL if s, key or payload is NULL,
  *         or key_len or payload_len is 0 or over its maximum, or (PostgreSQL, whose due times are
  *         bigint) due_ns is over INT64_MAX, in the year 2262, and not UINT64_MAX (nothing is
- *         written); -EIO, -ENOSPC, -EBADMSG (the
+ *         written); -EIO, -ENOSPC, -EBADMSG, -EMFILE, -ENFILE (the
  *         store has failed: see above; this put was not reported durable: after a reopen it may be
  *         there or not, as a write cut by a crash); -ESHUTDOWN once close has begun; -ENOMEM.
  * Complexity: O(1) expected: a hash lookup in memory and one in the journal's key index (in memory
@@ -226,8 +226,8 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
  *         -ENOENT if key has no pending timer (never put, fired and acknowledged, cancelled, or in the
  *         dead letters); -EINPROGRESS if key's handler is running, or its firing is recorded (from
  *         the lead before its due time), and no newer put is pending: it cannot be cancelled; -EINVAL if
- *         s or key is NULL or key_len is 0 or over CHIME_STORE_KEY_MAX; -EIO, -ENOSPC, -ESHUTDOWN,
- *         -ENOMEM as chime_store_put.
+ *         s or key is NULL or key_len is 0 or over CHIME_STORE_KEY_MAX; -EIO, -ENOSPC, -EBADMSG,
+ *         -EMFILE, -ENFILE, -ESHUTDOWN, -ENOMEM as chime_store_put.
  * Complexity: as chime_store_put.
  * Thread safety: any thread, handlers included (a handler cancelling its own key gets -EINPROGRESS).
  */
@@ -236,8 +236,8 @@ CHIME_API int chime_store_cancel(chime_store *s, const void *key, size_t key_len
 /*
  * Wait until every put, cancel, acknowledgement and dead-letter change that returned before this call
  * is on stable storage.
- * Return: 0; -EINVAL if s is NULL; -EIO, -ENOSPC if the store has failed; -ESHUTDOWN once close has
- *         begun.
+ * Return: 0; -EINVAL if s is NULL; -EIO, -ENOSPC, -EBADMSG, -ENOMEM, -EMFILE, -ENFILE if the store
+ *         has failed (the sticky error: see above); -ESHUTDOWN once close has begun.
  * Complexity: one group commit. Thread safety: any thread, handlers included.
  */
 CHIME_API int chime_store_sync(chime_store *s);
@@ -250,8 +250,8 @@ CHIME_API int chime_store_sync(chime_store *s);
  * handlers' outcomes, puts not yet committed): a load waiting for it gives up, and a dead-letter
  * listing waiting for it returns -ESHUTDOWN.
  * Return: 0; -EINVAL if s is NULL; -EDEADLK if called from one of s's handlers (nothing is done);
- *         -EIO, -ENOSPC, -EBADMSG, -ENOMEM if the store had failed (the sticky error) or the last
- *         sync failed (what was reported durable stays durable).
+ *         -EIO, -ENOSPC, -EBADMSG, -ENOMEM, -EMFILE, -ENFILE if the store had failed (the sticky
+ *         error) or the last sync failed (what was reported durable stays durable).
  * Complexity: O(timers in memory) plus the wait for running handlers and one group commit.
  * Thread safety: any thread but s's handlers; no other call on s may be running or follow.
  */
@@ -270,7 +270,7 @@ typedef int chime_dead_fn(void *ctx, const struct chime_fire *dead);
  * the call begins; fn runs with no lock of the store held and may call chime_store_* on s (requeue
  * or drop what it is shown, say).
  * Return: 0; the first nonzero value fn returned; -EINVAL if s or fn is NULL; -EIO, -ENOSPC,
- *         -ESHUTDOWN as chime_store_sync; -ENOMEM.
+ *         -EBADMSG, -EMFILE, -ENFILE, -ESHUTDOWN as chime_store_sync; -ENOMEM.
  * Complexity: O(dead letters) plus a read of the journal's dead-letter records; flushes the journal's
  *             newest records first (one file written and synced).
  * Thread safety: any thread, handlers included.
@@ -281,9 +281,9 @@ CHIME_API int chime_store_dead_list(chime_store *s, chime_dead_fn *fn, void *ctx
  * Move key's dead letter back to the pending timers, due at due_ns, with its payload and attempt
  * reset to a first firing; a pending timer of the same key is replaced (as chime_store_put).
  * Return: 0 (durable as chime_store_put); -ENOENT if key has no dead letter; -EINVAL as
- *         chime_store_cancel, or for due_ns as chime_store_put; -EIO, -ENOSPC, -ESHUTDOWN, -ENOMEM
- *         as chime_store_cancel; -EBADMSG if the journal does not hold the dead letter its index
- *         names, or the store has failed with it.
+ *         chime_store_cancel, or for due_ns as chime_store_put; -EIO, -ENOSPC, -EMFILE, -ENFILE,
+ *         -ESHUTDOWN, -ENOMEM as chime_store_cancel; -EBADMSG if the journal does not hold the dead
+ *         letter its index names, or the store has failed with it.
  * Complexity: the journal first reads the dead letter (a flush of its log into a run and a scan of
  * its runs' dead letters, outside the key's lock, so other keys do not wait for it), then as
  * chime_store_put; PostgreSQL: one statement. Thread safety: as chime_store_put.
@@ -294,7 +294,7 @@ CHIME_API int chime_store_dead_requeue(chime_store *s, const void *key, size_t k
 /*
  * Delete key's dead letter for good.
  * Return: 0 (durable as chime_store_cancel); -ENOENT if key has no dead letter; -EINVAL, -EIO,
- *         -ENOSPC, -ESHUTDOWN, -ENOMEM as chime_store_cancel.
+ *         -ENOSPC, -EBADMSG, -EMFILE, -ENFILE, -ESHUTDOWN, -ENOMEM as chime_store_cancel.
  * Complexity and thread safety: as chime_store_cancel.
  */
 CHIME_API int chime_store_dead_drop(chime_store *s, const void *key, size_t key_len);
