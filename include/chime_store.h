@@ -220,8 +220,9 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
  * it had not started (a timer that fired and waits for max_fires_per_s has not started). A firing is
  * recorded a lead before its due time, so that its commit is over and the handler can start on time:
  * from then on it is starting, and cannot be cancelled. The lead follows how long the backend's
- * commits take (the longest of the last 10 to 20 s, plus a tick; 50 ms for the first 10 s after
- * open): 2 ms on a quick disk, at most 50 ms (chime_store_stats reports it).
+ * commits take (the longest of the last 10 to 20 s, plus a tick; 50 ms until 10 s of commits have
+ * been timed, from the first firing after open): 2 ms on a quick disk, at most 50 ms
+ * (chime_store_stats reports it).
  * Return: 0 (with CHIME_SYNC_EACH: the cancel is on stable storage, and no crash can undo it);
  *         -ENOENT if key has no pending timer (never put, fired and acknowledged, cancelled, or in the
  *         dead letters); -EINPROGRESS if key's handler is running, or its firing is recorded (from
