@@ -24,8 +24,11 @@
  *                   fired, both from the kill, against lease_ns.
  *
  * Usage: pg_bench [THREADS [SECONDS [FIRE_N [TAKEOVER_N]]]]   (default 64,256,1024 5 200000 1000000;
- *        THREADS is a comma-separated list; fire_ack and takeover put from its largest)
- *        PG_BENCH_PUTS_ONLY=1: put_each alone; PG_BENCH_TAKEOVER_ONLY=1: takeover alone.
+ *        THREADS is a comma-separated list; fire_ack and takeover put from its last, the largest
+ *        by default)
+ *        PG_BENCH_PUTS_ONLY=1: put_each alone; PG_BENCH_TAKEOVER_ONLY=1: takeover alone;
+ *        PG_BENCH_FIRE_ONLY=RATE: fire_ack alone, from 64 threads, its due instant set for puts
+ *        at RATE puts/s (the put_each figure it would otherwise take).
  * Run it under flock /work/bench.lock; docs/perf.md has the figures and the command.
  */
 #include "pg_util.h"
