@@ -18,8 +18,9 @@ extern "C" {
  * is recorded in a journal (a directory of append-only, checksummed files; the default backend) before
  * it is reported durable, and a restart finds every pending timer again. Timers fire by running one
  * handler, on the workers of a threaded runtime (chime_timer_*, chime_timer.h) that the store owns. The store
- * uses only the runtime's public API; the runtime knows nothing of disks. docs/design.md explains the
- * journal, recovery and the contract below; lib/store/format.md is the on-disk format.
+ * uses the runtime's public API, and its check of a config to refuse at open what chime_timer_new
+ * would; the runtime knows nothing of disks. docs/design.md explains the journal, recovery and the
+ * contract below; lib/store/format.md is the on-disk format.
  *
  * The contract shared by every function below:
  *   - A key (1 to CHIME_STORE_KEY_MAX bytes, compared as bytes) names at most one pending timer. A
