@@ -180,13 +180,14 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  *         another version; -EINVAL also if cfg->shards differs from the schema's or cfg->node is
  *         empty or over 63 bytes; -EBUSY if a live process already uses cfg->node; -EIO if the
  *         database rejects chime's statements.
- * Complexity: O(records in the journal) to replay: the journal is read once (1.2 to 1.7 M records/s
- *             on a loaded 2-core VM: 10^7 timers in 7 to 9 s; see docs/perf.md); plus O(timers due
- *             within the horizon) to load them. The key index is rebuilt one table at a time, from
- *             a spill in the journal's directory when it is large (32 bytes a record on disk, for
- *             the open's length): 10^7 far timers open in under 64 MB. With PostgreSQL: a
- *             few connections (seven per node), one lease round (which takes this node's share of
- *             the free shards), and a read of the owned shards' timers due within the horizon.
+ * Complexity: O(records in the journal) to replay: the journal is read once (4.4 to 6.5 M records/s
+ *             on a 2-core VM: 10^7 timers in 2.5 to 3 s; see docs/perf.md, "Reopen"); plus
+ *             O(timers due within the horizon) to load them. The key index is rebuilt one table at
+ *             a time, from a spill in the journal's directory when it is large (32 bytes a record
+ *             on disk, for the open's length): 10^7 far timers open in under 64 MB. With
+ *             PostgreSQL: a few connections (seven per node), one lease round (which takes this
+ *             node's share of the free shards), and a read of the owned shards' timers due within
+ *             the horizon.
  * Thread safety: any thread.
  */
 CHIME_API int chime_store_open(chime_store **out, const struct chime_store_config *cfg,
