@@ -38,7 +38,8 @@ static PGresult *query(PGconn *c, const char *sql)
     return r;
 }
 
-/* A bytea value in hex ("\x...") printed as text, bytes outside printable ASCII as \xNN. */
+/* A bytea value in hex ("\x...") printed as text, bytes outside printable ASCII (and backslash)
+ * as \xNN. */
 static void print_key(const char *hex)
 {
     if (hex[0] == '\\' && hex[1] == 'x')

@@ -12,8 +12,9 @@
  *   chime-store --postgres CONNINFO init|status|count|list|dead   the PostgreSQL backend's schema and
  *                            contents (chime-store-pg.c)
  *
- * Keys are printed as text, bytes outside printable ASCII (and backslash) as \xNN. Exit status: 0;
- * 1 if the journal is damaged (open would refuse it) or could not be read; 2 for a usage error.
+ * Keys are printed as text, bytes outside printable ASCII, space and backslash as \xNN. Exit
+ * status: 0; 1 if the journal is damaged (open would refuse it) or could not be read; 2 for a usage
+ * error.
  * The journal's format is lib/store/format.md.
  */
 #define _GNU_SOURCE
