@@ -17,7 +17,8 @@ extern "C" {
  * A chime_store holds keyed timers that survive the process: every put, cancel and acknowledgement
  * is recorded in a journal (a directory of append-only, checksummed files; the default backend) before
  * it is reported durable, and a restart finds every pending timer again. Timers fire by running one
- * handler, on the workers of a threaded runtime (chime_timer_*, chime_timer.h) that the store owns. The store
+ * handler, on a threaded runtime (chime_timer_*, chime_timer.h) that the store owns: on its workers
+ * (cfg->runtime.workers; none by default) or else its advancing thread. The store
  * uses the runtime's public API, and its check of a config to refuse at open what chime_timer_new
  * would; the runtime knows nothing of disks. docs/design.md explains the journal, recovery and the
  * contract below; lib/store/format.md is the on-disk format.
