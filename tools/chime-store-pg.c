@@ -38,8 +38,8 @@ static PGresult *query(PGconn *c, const char *sql)
     return r;
 }
 
-/* A bytea value in hex ("\x...") printed as text, bytes outside printable ASCII (and backslash)
- * as \xNN. */
+/* A bytea value in hex ("\x...") printed as text, bytes outside printable ASCII (and space and
+ * backslash, as the journal's listing does, so that a key is one column) as \xNN. */
 static void print_key(const char *hex)
 {
     if (hex[0] == '\\' && hex[1] == 'x')
@@ -48,7 +48,7 @@ static void print_key(const char *hex)
         unsigned v;
         if (sscanf(hex, "%2x", &v) != 1)
             break;
-        if (v >= 0x20 && v < 0x7f && v != '\\')
+        if (v > 0x20 && v < 0x7f && v != '\\')
             putchar((int)v);
         else
             printf("\\x%02x", v);
@@ -157,10 +157,17 @@ static int cmd_init(PGconn *c, int argc, char **argv)
     return 1;
 }
 
+static int pg_usage(void)
+{
+    fprintf(stderr, "usage: chime-store --postgres CONNINFO init [--shards N] "
+                    "[--partition-seconds S] | status | count | list | dead\n");
+    return 2;
+}
+
 int chime_store_pg_main(const char *conninfo, int argc, char **argv)
 {
     if (argc < 1)
-        return 2;
+        return pg_usage();
     /* The library's defaults for a server that is gone (keepalives, tcp_user_timeout), none of its
      * statement timeout: a list of millions of timers may take the server longer. A server that is
      * up but stuck keeps the tool waiting, as psql would: interrupt it. */
@@ -200,8 +207,5 @@ int chime_store_pg_main(const char *conninfo, int argc, char **argv)
         }
     }
     PQfinish(c);
-    if (rc == 2)
-        fprintf(stderr, "usage: chime-store --postgres CONNINFO init [--shards N] "
-                        "[--partition-seconds S] | status | count | list | dead\n");
-    return rc;
+    return rc == 2 ? pg_usage() : rc;
 }
