@@ -215,12 +215,15 @@ static int connect_role(struct chime__backend *b, struct pg_conn *pc, const char
     return rc == PG_LOST ? -ECONNREFUSED : rc;
 }
 
+/* Host name + ":" + pid, the host cut so that the whole fits the 63 bytes a node's name may have
+ * (the same limit as cfg->node's; a long host name would make it longer). */
 static char *default_node(void)
 {
-    char host[64] = "", *out;
+    char host[64] = "", pid[24], *out;
     if (gethostname(host, sizeof host - 1) != 0)
         strcpy(host, "localhost");
-    return asprintf(&out, "%s:%ld", host, (long)getpid()) < 0 ? NULL : out;
+    int n = snprintf(pid, sizeof pid, ":%ld", (long)getpid());
+    return asprintf(&out, "%.*s%s", 63 - n, host, pid) < 0 ? NULL : out;
 }
 
 static int pg_open(struct chime__backend **out, const struct chime_store_config *cfg,
