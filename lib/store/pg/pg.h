@@ -211,7 +211,8 @@ int chime__pg_partitions_ensure(struct pg_conn *pc, const struct pg_schema *sc, 
  * the tombstones of their keys. *dropped counts them. Return: 0 or PG_*. */
 int chime__pg_partitions_retire(struct pg_conn *pc, const struct pg_schema *sc, uint64_t now,
                                 unsigned *dropped);
-/* The shard of a key (fixed for schema version 1: SipHash-2-4 under the zero key, low 64 bits). */
+/* The shard of a key (fixed by the schema since its version 1: SipHash-2-4 under the zero key,
+ * low 64 bits). */
 unsigned chime__pg_shard_of(const void *key, size_t len, unsigned shards);
 /* The partition key of a timer put at wall time now: its due time, or now if that has passed. */
 static inline uint64_t pg_part(uint64_t due, uint64_t now)
