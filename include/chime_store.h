@@ -49,7 +49,9 @@ extern "C" {
  *     dropped from memory unfired (a handler's outcome that could not be recorded, a timer that
  *     could not be loaded): the restart fires it again, with attempt + 1. The journal's background
  *     flusher, which keeps the disk bounded, fails the store the same way when it runs out of
- *     memory (-ENOMEM) or file descriptors (-EMFILE, -ENFILE).
+ *     memory (-ENOMEM) or file descriptors (-EMFILE, -ENFILE). A write to the journal's files can
+ *     also fail with another error of the file system's (-EDQUOT, -EROFS, -EFBIG...): it is
+ *     sticky as -EIO is, and returned as it is.
  *
  * Durable timers on PostgreSQL. With cfg->postgres set, timers live in a PostgreSQL database (schema
  * `chime`, created once by `chime-store --postgres CONNINFO init`) that every process opening it
