@@ -444,6 +444,20 @@ static inline int store_count_dead(void *ctx, const struct chime_fire *dead)
     return 0;
 }
 
+/* Open a store in dir with cfg (its path set here) on the fake clock (fake_wall), its handler the
+ * recorder; a failure fails the test. */
+static inline chime_store *store_open_on_fake_clock(char *dir, struct recorder *rec,
+                                                   struct chime_store_config *cfg)
+{
+    cfg->path = dir;
+    chime__store_set_clock(fake_wall);
+    chime_store *s = NULL;
+    int err = chime_store_open(&s, cfg, recorder_handler, rec);
+    chime__store_set_clock(NULL);
+    CHECK(err == 0, "open: %s", chime_strerror(err));
+    return s;
+}
+
 static inline int store_tests_run(const struct tap_test *tests, int n, char **dir,
                                   struct recorder *rec, uint64_t (*clock)(void))
 {

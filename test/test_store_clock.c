@@ -7,11 +7,10 @@
  * when a step brings them within the horizon, a restart after the clock moved fires what is due, a
  * firing is recorded the lead ahead of its due time (and not before), and a handler whose firing was
  * recorded waits through a step back, starts when the clock passes its due time, and does not keep
- * close waiting.
+ * close waiting. test_store_loads.c has the keeper's loads racing with puts.
  */
 #include "store_util.h"
 
-#include "store/index.h"
 #include "store/io.h"
 
 static char *dir;
@@ -19,13 +18,7 @@ static struct recorder rec;
 
 static chime_store *open_cfg(struct chime_store_config *cfg)
 {
-    cfg->path = dir;
-    chime__store_set_clock(fake_wall);
-    chime_store *s = NULL;
-    int err = chime_store_open(&s, cfg, recorder_handler, &rec);
-    chime__store_set_clock(NULL);
-    CHECK(err == 0, "open: %s", chime_strerror(err));
-    return s;
+    return store_open_on_fake_clock(dir, &rec, cfg);
 }
 
 static chime_store *open_fake(uint64_t horizon_ns)
@@ -118,107 +111,6 @@ static void far_timers_load_when_the_clock_brings_them_within_the_horizon(void)
     store_wait_idle(s);
     CHECK_EQ(recorder_count(&rec), 29);
     CHECK_EQ(chime_store_close(s), 0);
-}
-
-/* A load that stops when it hands over key K, until the test lets it go on (found in review: a put
- * made in that moment could fire and leave the table before the load installed the version it had
- * read, which then fired a second time with its old payload). */
-static const struct chime__backend_ops *real_ops;
-static struct chime__backend_ops paused_ops;
-static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int armed, reached, go;
-} pause_at_k = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 };
-
-struct forward {
-    chime__timer_fn *fn;
-    void *ctx;
-};
-
-static int hand_over_pausing(void *ctx, const struct chime__timer *t)
-{
-    struct forward *f = ctx;
-    pthread_mutex_lock(&pause_at_k.lock);
-    if (pause_at_k.armed && t->key_len == 1 && memcmp(t->key, "K", 1) == 0) {
-        pause_at_k.armed = 0;
-        pause_at_k.reached = 1;
-        pthread_cond_broadcast(&pause_at_k.cond);
-        while (!pause_at_k.go)
-            pthread_cond_wait(&pause_at_k.cond, &pause_at_k.lock);
-    }
-    pthread_mutex_unlock(&pause_at_k.lock);
-    return f->fn(f->ctx, t);
-}
-
-static int load_pausing(struct chime__backend *b, uint64_t from, uint64_t until, chime__timer_fn *fn,
-                        void *ctx)
-{
-    struct forward f = { fn, ctx };
-    return real_ops->load(b, from, until, hand_over_pausing, &f);
-}
-
-static void a_load_does_not_bring_back_a_version_replaced_and_acknowledged_while_it_ran(void)
-{
-    fresh();
-    chime__index_set_defaults(1024, 8, 0); /* the index in files: the acknowledgement reads nothing */
-    real_ops = &chime__journal_ops;
-    paused_ops = chime__journal_ops;
-    paused_ops.load = load_pausing;
-    chime__store_set_backend(&paused_ops);
-    chime_store *s = open_fake(60 * SEC);
-    chime__store_set_backend(NULL);
-    uint64_t loaded = atomic_load(&s->loaded);
-    CHECK_EQ(chime_store_put(s, "K", 1, "old", 3, loaded + SEC), 0); /* on disk: the next load's */
-    CHECK_EQ(chime_store_put(s, "Z", 1, "z", 1, loaded + 2 * SEC), 0);
-    CHECK_EQ(chime_store_put(s, "far", 3, "f", 1, fake_wall() + 86400 * SEC), 0);
-    char key[16];
-    for (int i = 0; i < 300; i++) { /* the next load's too, cancelled while it runs */
-        int n = snprintf(key, sizeof key, "x%d", i);
-        CHECK_EQ(chime_store_put(s, key, (size_t)n, "x", 1, loaded + SEC + (uint64_t)i), 0);
-    }
-    pthread_mutex_lock(&pause_at_k.lock);
-    pause_at_k.armed = 1;
-    pause_at_k.reached = pause_at_k.go = 0;
-    pthread_mutex_unlock(&pause_at_k.lock);
-    fake_step(s, (int64_t)(20 * SEC)); /* the keeper loads the next granule: K "old" and Z */
-    pthread_mutex_lock(&pause_at_k.lock);
-    while (!pause_at_k.reached)
-        pthread_cond_wait(&pause_at_k.cond, &pause_at_k.lock);
-    pthread_mutex_unlock(&pause_at_k.lock);
-    for (int i = 0; i < 300; i++) { /* tombs enough to grow their table a few times */
-        int n = snprintf(key, sizeof key, "x%d", i);
-        CHECK_EQ(chime_store_cancel(s, key, (size_t)n), 0);
-    }
-    /* The load has read K "old". K is put again, due now: it fires and is acknowledged. */
-    CHECK_EQ(chime_store_put(s, "K", 1, "new", 3, fake_wall()), 0);
-    recorder_wait_key(&rec, "K", 1, NULL);
-    store_wait_handlers(s);
-    pthread_mutex_lock(&pause_at_k.lock);
-    pause_at_k.go = 1;
-    pthread_cond_broadcast(&pause_at_k.cond);
-    pthread_mutex_unlock(&pause_at_k.lock);
-    chime__store_settle(s); /* the load has installed what it read, but for K */
-    struct chime_store_stats st;
-    chime_store_stats(s, &st);
-    CHECK_EQ(st.loaded, 1); /* Z alone: neither K "old" nor a cancelled x came back */
-    CHECK_EQ(st.pending, 2); /* Z and far */
-    fake_step(s, (int64_t)(120 * SEC)); /* K "old" would be due now, as Z is */
-    recorder_wait_key(&rec, "Z", 1, NULL);
-    store_wait_handlers(s);
-    CHECK_EQ(recorder_count_key(&rec, "K"), 1);
-    CHECK_EQ(recorder_count(&rec), 2); /* K "new" and Z */
-    struct firing f;
-    memset(&f, 0, sizeof f);
-    CHECK(recorder_last(&rec, "K", &f) && strcmp(f.payload, "new") == 0, "K fired %s", f.payload);
-    CHECK_EQ(chime_store_cancel(s, "K", 1), -ENOENT);
-    CHECK_EQ(chime_store_cancel(s, "far", 3), 0); /* the index is exact: nothing else ended */
-    CHECK_EQ(chime_store_close(s), 0);
-    s = open_fake(60 * SEC); /* the journal agrees */
-    chime_store_stats(s, &st);
-    CHECK_EQ(st.pending, 0);
-    CHECK_EQ(chime_store_close(s), 0);
-    chime__index_set_defaults(0, 0, 0);
 }
 
 static void a_restart_after_the_clock_moved_on_fires_what_is_overdue(void)
@@ -481,119 +373,6 @@ static void a_held_timer_released_after_a_step_back_stays_cancellable(void)
     rec.reply = NULL;
 }
 
-/* Loads held at their start, one at a time, and a put held as it files a tomb (the next test). */
-static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int armed, loads_reached, loads_let, tomb_armed, tomb_reached, tomb_go;
-} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0 };
-
-static int load_gated(struct chime__backend *b, uint64_t from, uint64_t until, chime__timer_fn *fn,
-                      void *ctx)
-{
-    pthread_mutex_lock(&gate.lock);
-    if (gate.armed) {
-        int n = ++gate.loads_reached;
-        pthread_cond_broadcast(&gate.cond);
-        while (gate.loads_let < n)
-            pthread_cond_wait(&gate.cond, &gate.lock);
-    }
-    pthread_mutex_unlock(&gate.lock);
-    return real_ops->load(b, from, until, fn, ctx);
-}
-
-static void tomb_gated(void)
-{
-    pthread_mutex_lock(&gate.lock);
-    if (gate.tomb_armed) {
-        gate.tomb_armed = 0;
-        gate.tomb_reached = 1;
-        pthread_cond_broadcast(&gate.cond);
-        while (!gate.tomb_go)
-            pthread_cond_wait(&gate.cond, &gate.lock);
-    }
-    pthread_mutex_unlock(&gate.lock);
-}
-
-/* Until `*field` is at least n (under gate.lock). */
-static void gate_wait(const int *field, int n)
-{
-    pthread_mutex_lock(&gate.lock);
-    while (*field < n)
-        pthread_cond_wait(&gate.cond, &gate.lock);
-    pthread_mutex_unlock(&gate.lock);
-}
-
-static void gate_set(int *field, int value)
-{
-    pthread_mutex_lock(&gate.lock);
-    *field = value;
-    pthread_cond_broadcast(&gate.cond);
-    pthread_mutex_unlock(&gate.lock);
-}
-
-struct late_put {
-    chime_store *s;
-    uint64_t due;
-    int rc;
-};
-
-static void *put_k(void *arg)
-{
-    struct late_put *p = arg;
-    p->rc = chime_store_put(p->s, "K", 1, "k", 1, p->due);
-    return NULL;
-}
-
-/* Found in review: a put recorded during one load, due after its boundary, filed its tomb under the
- * next load when that one had begun meanwhile, and so hid its own new version from the load that
- * had read it: the timer stayed on disk, unfired until a restart. */
-static void a_put_between_two_loads_is_loaded_by_the_second(void)
-{
-    fresh();
-    real_ops = &chime__journal_ops;
-    paused_ops = chime__journal_ops;
-    paused_ops.load = load_gated;
-    chime__store_set_backend(&paused_ops);
-    chime__store_tomb_hook = tomb_gated;
-    chime_store *s = open_fake(60 * SEC);
-    chime__store_set_backend(NULL);
-    gate_set(&gate.armed, 1);
-    /* Twenty seconds on, unannounced, and a poke: the keeper begins load A, held at its start. An
-     * announced step could reach a keeper already in its round only after A began (seen under
-     * TSan in CI); its sweep would then wait for the stripe the put below holds. */
-    fake_step(NULL, (int64_t)(20 * SEC));
-    chime__store_wake(s);
-    gate_wait(&gate.loads_reached, 1);
-    uint64_t a = atomic_load(&s->loading_until);
-    gate_set(&gate.tomb_armed, 1);
-    struct late_put p = { s, a, 99 }; /* due at A's boundary: the next load's, not A's */
-    pthread_t t;
-    CHECK_EQ(pthread_create(&t, NULL, put_k, &p), 0);
-    gate_wait(&gate.tomb_reached, 1); /* recorded; saw A running; about to file its tomb */
-    /* A granule on, unannounced (a step's sweep would wait for the stripe the put holds): once A
-     * ends, the keeper begins load B at once, and B is held. */
-    fake_step(NULL, (int64_t)(10 * SEC));
-    gate_set(&gate.loads_let, 1);
-    gate_wait(&gate.loads_reached, 2);
-    CHECK(atomic_load(&s->loading_until) > a, "load B covers A's boundary");
-    gate_set(&gate.tomb_go, 1); /* the put goes on, A over, B running */
-    CHECK_EQ(pthread_join(t, NULL), 0);
-    CHECK_EQ(p.rc, 0);
-    gate_set(&gate.loads_let, 1000);
-    chime__store_settle(s);
-    struct chime_store_stats st;
-    chime_store_stats(s, &st);
-    CHECK_EQ(st.pending, 1);
-    CHECK_EQ(st.loaded, 1); /* B read K and installed it */
-    CHECK_EQ(chime_store_close(s), 0);
-    chime__store_tomb_hook = NULL;
-    pthread_mutex_lock(&gate.lock);
-    gate.armed = gate.loads_reached = gate.loads_let = 0;
-    gate.tomb_armed = gate.tomb_reached = gate.tomb_go = 0;
-    pthread_mutex_unlock(&gate.lock);
-}
-
 static const struct tap_test tests[] = {
     { "a_step_back_fires_nothing_before_its_due_time", a_step_back_fires_nothing_before_its_due_time },
     { "a_step_forward_fires_what_became_due", a_step_forward_fires_what_became_due },
@@ -601,16 +380,12 @@ static const struct tap_test tests[] = {
       far_timers_load_when_the_clock_brings_them_within_the_horizon },
     { "a_restart_after_the_clock_moved_on_fires_what_is_overdue",
       a_restart_after_the_clock_moved_on_fires_what_is_overdue },
-    { "a_load_does_not_bring_back_a_version_replaced_and_acknowledged_while_it_ran",
-      a_load_does_not_bring_back_a_version_replaced_and_acknowledged_while_it_ran },
     { "a_waiting_handler_starts_when_the_clock_steps_past_its_due_time",
       a_waiting_handler_starts_when_the_clock_steps_past_its_due_time },
     { "a_firing_is_recorded_the_lead_before_its_due_time_and_not_before",
       a_firing_is_recorded_the_lead_before_its_due_time_and_not_before },
     { "close_does_not_wait_for_a_handler_the_clock_put_off",
       close_does_not_wait_for_a_handler_the_clock_put_off },
-    { "a_put_between_two_loads_is_loaded_by_the_second",
-      a_put_between_two_loads_is_loaded_by_the_second },
     { "a_failed_store_starts_no_handler_even_one_recorded_before",
       a_failed_store_starts_no_handler_even_one_recorded_before },
     { "close_starts_a_due_handler_an_unswept_step_left_armed_an_hour_out",
