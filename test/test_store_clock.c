@@ -282,37 +282,6 @@ static void close_does_not_wait_for_a_handler_the_clock_put_off(void)
     CHECK_EQ(chime_store_close(s), 0);
 }
 
-/* Found in review: a timer queued behind the rate limit when the clock stepped an hour back had its
- * firing recorded once its token came, an hour before its due time, and could not be cancelled
- * for that hour (the lead bounds that to 50 ms: lead.h). The dispatcher arms it again instead, as
- * the runtime's callback does for a timer it finds early. */
-static void a_timer_queued_by_the_rate_limit_through_a_step_back_stays_cancellable(void)
-{
-    fresh();
-    struct chime_store_config cfg = { .max_fires_per_s = 1 }; /* one token a second */
-    chime_store *s = open_cfg(&cfg);
-    uint64_t t0 = fake_wall(), due = t0 + 100 * MS;
-    fake_freeze(s, t0);
-    CHECK_EQ(chime_store_put(s, "a", 1, "x", 1, due), 0);
-    CHECK_EQ(chime_store_put(s, "b", 1, "x", 1, due), 0);
-    fake_freeze(s, due); /* both due: one takes the token, the other waits a second for the next */
-    recorder_wait(&rec, 1);
-    const char *other = rec.f[0].key[0] == 'a' ? "b" : "a";
-    atomic_store(&rewaited, 0);
-    atomic_store(&rewait_want, due - 3600 * SEC);
-    fake_freeze(s, due - 3600 * SEC); /* an hour back while it waits in the queue */
-    while (!atomic_load(&rewaited) && fired(s) < 2)
-        sleep_ms(1); /* a poll: its token comes; the dispatcher arms it again, or records it */
-    atomic_store(&rewait_want, 0);
-    CHECK_EQ(chime_store_cancel(s, other, 1), 0);
-    fake_freeze(s, due + SEC);
-    chime__store_settle(s);
-    CHECK_EQ(recorder_count(&rec), 1);
-    CHECK(!atomic_load(&rec.early), "fired before its due time by the wall clock");
-    fake_freeze(s, 0);
-    CHECK_EQ(chime_store_close(s), 0);
-}
-
 static _Atomic int hold_first; /* the next handler waits while this is set */
 
 /* How many timers are held for their key's running handler (the table read under its locks). */
@@ -390,8 +359,6 @@ static const struct tap_test tests[] = {
       a_failed_store_starts_no_handler_even_one_recorded_before },
     { "close_starts_a_due_handler_an_unswept_step_left_armed_an_hour_out",
       close_starts_a_due_handler_an_unswept_step_left_armed_an_hour_out },
-    { "a_timer_queued_by_the_rate_limit_through_a_step_back_stays_cancellable",
-      a_timer_queued_by_the_rate_limit_through_a_step_back_stays_cancellable },
     { "a_held_timer_released_after_a_step_back_stays_cancellable",
       a_held_timer_released_after_a_step_back_stays_cancellable },
 };
