@@ -142,10 +142,11 @@ CHIME_API int chime_timer_cancel(chime_timer *t, chime_id id);
 
 /*
  * Move a pending timer to now + delay_ns, keeping its id, callback and argument; a periodic timer
- * continues from there: the new deadline is its next boundary, so one that comes while a run already
- * started is still going is skipped like any other (the next run is a period later; a run fired but
- * not started yet is withdrawn instead, and the new deadline stands). If it returns 0, the timer will
- * not fire at its old deadline. Two concurrent reschedules of one timer: one of them wins.
+ * continues from there: the new deadline is its next boundary, so one that comes while a run
+ * already started is still going is skipped like any other (the next run is a period later; a run
+ * fired but not started yet is withdrawn instead, and the new deadline stands). If it returns 0,
+ * the timer will not fire at its old deadline. Two concurrent reschedules of one timer: one of
+ * them wins.
  * Return: 0; -ENOENT as chime_timer_cancel (one-shot already firing, cancelled, stale...); -EINVAL if
  *         t is NULL; -ERANGE as chime_timer_schedule; -ESHUTDOWN after stop has returned.
  * Complexity and thread safety: as chime_timer_cancel, plus a clock read.

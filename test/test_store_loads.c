@@ -54,8 +54,8 @@ static int hand_over_pausing(void *ctx, const struct chime__timer *t)
     return f->fn(f->ctx, t);
 }
 
-static int load_pausing(struct chime__backend *b, uint64_t from, uint64_t until, chime__timer_fn *fn,
-                        void *ctx)
+static int load_pausing(struct chime__backend *b, uint64_t from, uint64_t until,
+                        chime__timer_fn *fn, void *ctx)
 {
     struct forward f = { fn, ctx };
     return real_ops->load(b, from, until, hand_over_pausing, &f);
@@ -64,7 +64,7 @@ static int load_pausing(struct chime__backend *b, uint64_t from, uint64_t until,
 static void a_load_does_not_bring_back_a_version_replaced_and_acknowledged_while_it_ran(void)
 {
     fresh();
-    chime__index_set_defaults(1024, 8, 0); /* the index in files: the acknowledgement reads nothing */
+    chime__index_set_defaults(1024, 8, 0); /* the index in files: an acknowledgement reads none */
     real_ops = &chime__journal_ops;
     paused_ops = chime__journal_ops;
     paused_ops.load = load_pausing;

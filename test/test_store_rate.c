@@ -4,8 +4,8 @@
  * DISPATCHER): handlers start no faster than the token bucket allows, over any interval, and a
  * token goes only to a handler that starts, not to a timer taken from the queue that does not (one
  * cancelled while it waited), nor to one the wall clock stepped back from. The second and third
- * tests run the bucket on a clock of its own (chime__store_set_rate_clock), so that they decide when
- * tokens come. A plain TAP program (tap.h).
+ * tests run the bucket on a clock of their own (chime__store_set_rate_clock), so that they decide
+ * when tokens come. A plain TAP program (tap.h).
  */
 #include "store_api.h"
 
@@ -149,7 +149,7 @@ static uint64_t fired(chime_store *s)
  * for that hour (the lead bounds that to 50 ms: lead.h). The dispatcher arms it again instead, as
  * the runtime's callback does for a timer it finds early. The bucket's clock stands still, so the
  * second timer waits in the queue until the test, having stepped the wall clock back, gives it its
- * token (with a real bucket a slow machine could take it before the step: a hang in a stress run). */
+ * token (with a real bucket, a slow machine could take it before the step: a stress run hung). */
 static void a_timer_queued_by_the_rate_limit_through_a_step_back_stays_cancellable(void)
 {
     fresh();
