@@ -144,6 +144,24 @@ static char *int_list(const int32_t *s, size_t n)
     return out;
 }
 
+/* $1 node, $2 token, $3 shards. Not static: test_pg_lease runs it against an owner statement. */
+const char chime__pg_release_sql[] =
+    "UPDATE chime.shards SET owner = NULL, token = NULL, expires = now()"
+    " WHERE shard = ANY($3::int4[]) AND owner = $1 AND token = $2::int8";
+
+/* $1 node, $2 token, $3 lease (us), $4 candidate shards, $5 how many: free or expired shards, each
+ * in a new epoch. Not static: test_pg_lease runs it against an owner statement. */
+const char chime__pg_acquire_sql[] =
+    "WITH c AS (SELECT shard FROM chime.shards WHERE shard = ANY($4::int4[])"
+    " AND (owner IS NULL OR expires <= now()) ORDER BY shard LIMIT $5::int8"
+    " FOR UPDATE SKIP LOCKED),"
+    " u AS (UPDATE chime.shards s SET owner = $1, token = $2::int8, epoch = s.epoch + 1,"
+    " expires = now() + $3::int8 * interval '1 microsecond', since = now() FROM c"
+    " WHERE s.shard = c.shard RETURNING s.shard, s.epoch),"
+    " h AS (INSERT INTO chime.leases (shard, epoch, owner, acquired)"
+    " SELECT shard, epoch, $1, clock_timestamp() FROM u)"
+    " SELECT shard, epoch FROM u";
+
 static int release(struct chime__backend *b, const int32_t *shards, size_t n)
 {
     char tok[24], lease[24], *list = int_list(shards, n);
@@ -152,11 +170,7 @@ static int release(struct chime__backend *b, const int32_t *shards, size_t n)
     v[2] = list;
     if (!list)
         return -ENOMEM;
-    int rc = chime__pg_exec_text(
-            &b->lease_conn,
-            "UPDATE chime.shards SET owner = NULL, token = NULL, expires = now()"
-            " WHERE shard = ANY($3::int4[]) AND owner = $1 AND token = $2::int8",
-            3, v, NULL);
+    int rc = chime__pg_exec_text(&b->lease_conn, chime__pg_release_sql, 3, v, NULL);
     free(list);
     if (rc == PG_OK) {
         for (size_t i = 0; i < n; i++)
@@ -192,16 +206,7 @@ static int acquire(struct chime__backend *b, const int32_t *cand, size_t ncand, 
                  " h AS (INSERT INTO chime.leases (shard, epoch, owner, acquired)"
                  " SELECT shard, epoch, $1, clock_timestamp() FROM u)"
                  " SELECT shard, epoch FROM u"
-               :
-        "WITH c AS (SELECT shard FROM chime.shards WHERE shard = ANY($4::int4[])"
-        " AND (owner IS NULL OR expires <= now()) ORDER BY shard LIMIT $5::int8"
-        " FOR UPDATE SKIP LOCKED),"
-        " u AS (UPDATE chime.shards s SET owner = $1, token = $2::int8, epoch = s.epoch + 1,"
-        " expires = now() + $3::int8 * interval '1 microsecond', since = now() FROM c"
-        " WHERE s.shard = c.shard RETURNING s.shard, s.epoch),"
-        " h AS (INSERT INTO chime.leases (shard, epoch, owner, acquired)"
-        " SELECT shard, epoch, $1, clock_timestamp() FROM u)"
-        " SELECT shard, epoch FROM u",
+               : chime__pg_acquire_sql,
         5, v, &r);
     free(list);
     if (rc != PG_OK)

@@ -318,6 +318,10 @@ extern void (*chime__pg_commit_hook)(void);
 /* lease.c. Tests only: called by the lease thread between a renewal's check that its belief still
  * holds and the compare-and-swap that extends it. */
 extern void (*chime__pg_renew_hook)(struct chime__backend *b, unsigned shard);
+/* lease.c: the release and the acquisition (not a retake), for test_pg_lease, which runs them while
+ * an owner statement waits (P1). */
+extern const char chime__pg_release_sql[];
+extern const char chime__pg_acquire_sql[];
 /* backend.c. Tests only: called by chime__pg_wait_server each time a read on pc waits to try
  * again (a lost connection; pc is b's load_conn for a load, misc_conn for a dead-letter list). */
 extern void (*chime__pg_wait_hook)(struct chime__backend *b, struct pg_conn *pc);
