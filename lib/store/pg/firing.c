@@ -23,12 +23,13 @@
  * however long the statement then waits for a key's row that another transaction holds. A row
  * expired at the start means the belief had lapsed, and a lapse is followed by a retake in a new
  * epoch, whose takeover reads the timer again. Not clock_timestamp(): when the check runs is the
- * plan's choice (a hash join's build runs it once per shard before any update, as PostgreSQL 15
- * plans it; a nested loop would run it again for each key, after the waits for the keys before
- * it), and a check run past the expiry of the row as locked would refuse a firing in an epoch the
- * node goes on holding, its timer never armed again in it. Against the statement's start it means
- * the same whenever it runs (test_pg_lease). The locking WHERE has `expires > now()`, only not to
- * lock rows expired before the transaction began.
+ * plan's choice: PostgreSQL 15 plans a batch of a few keys as a nested loop with the locked shards
+ * outer, so that a shard's row is locked and checked only after the waits for the keys of the
+ * shards before it, and one of hundreds as a hash join that locks and checks every shard first
+ * (another plan could check it again for each key). A check run past the expiry of the row as
+ * locked would refuse a firing in an epoch the node goes on holding, its timer never armed again
+ * in it. Against the statement's start it means the same whenever it runs (test_pg_lease #7). The
+ * locking WHERE has `expires > now()`, only not to lock rows expired before the transaction began.
  *
  * READS (P7). A read covers the owned shards, each in the epoch this node holds, and hands over
  * each pending version with part in [from, until), skipping versions whose firing this node
