@@ -103,6 +103,19 @@ static inline long long pg_owner(PGconn *c, unsigned shard, char *out, size_t n)
     return e;
 }
 
+/* Whether the store's table holds a timer of key (pending, firing or running). Asked before the
+ * recorder: a firing is recorded before its timer leaves the table. */
+static inline int in_table(chime_store *s, const char *key)
+{
+    uint64_t hash = chime__store_hash(s, key, strlen(key));
+    struct hot_stripe *st = chime__store_stripe(s, hash);
+    struct hot *p, *r;
+    pthread_mutex_lock(&st->lock);
+    chime__store_find(st, hash, key, strlen(key), &p, &r);
+    pthread_mutex_unlock(&st->lock);
+    return p || r;
+}
+
 /* main() of a test file: start the cluster (or skip the whole file, "1..0 # SKIP", when the
  * server's binaries are not installed), run the tests, stop and remove the cluster. A failing
  * test exits at once; the reaper (pg_util.h) removes the cluster then. */

@@ -421,19 +421,6 @@ static void test_calls_refused_after_a_failure_free_their_operation_once(void)
     chime_store_close(s); /* failed: its result is the failure's, not this test's subject */
 }
 
-/* Whether the store's table holds a timer of key (pending, firing or running). Asked before the
- * recorder: a firing is recorded before its timer leaves the table. */
-static int in_table(chime_store *s, const char *key)
-{
-    uint64_t hash = chime__store_hash(s, key, strlen(key));
-    struct hot_stripe *st = chime__store_stripe(s, hash);
-    struct hot *p, *r;
-    pthread_mutex_lock(&st->lock);
-    chime__store_find(st, hash, key, strlen(key), &p, &r);
-    pthread_mutex_unlock(&st->lock);
-    return p || r;
-}
-
 /* Node o's clock, SKEW behind the machine's (and node x's). */
 #define SKEW (5 * SEC)
 static uint64_t behind(void)

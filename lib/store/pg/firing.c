@@ -12,6 +12,15 @@
  * set, not incremented), so a connection lost before its result simply runs it again, for the
  * firings whose lease this node still believes in; once a lease lapses locally its firings are
  * -ESTALE, so fire never waits longer than a lease for a database that is away.
+ * A firing already recorded in the same epoch with that attempt or a later one is -ESTALE too: the
+ * logic holds it from a read whose snapshot came before that record (reads skip what this epoch
+ * fired, but only as their snapshot has it), handed over after the handler returned and the timer
+ * left the table, while its acknowledgement still waited in a lane. The logic counts attempts up
+ * from what it read, and after each recorded firing from what was recorded, so it never asks for
+ * the same (version, attempt) twice in an epoch itself; only the statement's own run again after
+ * a lost connection does, and that one allows an equal attempt (the record may be its own). Found
+ * in review: a poll's snapshot taken while a firing was uncommitted armed the timer again once its
+ * handler had returned, and the handler ran twice, attempt 1 both times (test_pg_loader).
  * The expiry is checked on the row the statement locked, against the statement's start:
  * s.expires > statement_timestamp() in the join (statements.h: the same for ack, bury and retry).
  * A row that only renewals changed since the snapshot is locked FOR KEY SHARE as the snapshot has
@@ -39,7 +48,8 @@
  * this node's or while this node's boundary lagged, at a time past everything loaded and polled:
  * excluding it by due lost it until the shard changed hands). Such a row fires late, when the load
  * reaches its part; a row some other path handed over already (an arm, a notification, a poll) is
- * installed once (the logic skips a version it holds).
+ * installed once (the logic skips a version it holds; one it no longer holds because its handler
+ * returned is installed again, and its firing refused: FIRE).
  * The fence handed over is the epoch the database confirmed, in the same statement. Rows come
  * through a cursor, 4096 at a time, so that the logic installs them while the rest is read.
  *
@@ -75,7 +85,8 @@ static const char fire_sql[] =
     " UPDATE chime.keys k SET attempt = f.attempt, fire_epoch = f.epoch"
     " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch"
     " AND s.expires > statement_timestamp()"
-    " WHERE k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL RETURNING f.i";
+    " WHERE k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL"
+    " AND (k.fire_epoch <> f.epoch OR k.attempt < f.attempt + $8::int4) RETURNING f.i";
 
 static void be64(char out[8], uint64_t v)
 {
@@ -97,6 +108,7 @@ int chime__pg_fire(struct chime__backend *b, struct chime__firing *f, size_t n)
     size_t *index = malloc((n ? n : 1) * sizeof *index);
     char token[8];
     be64(token, (uint64_t)b->token);
+    char again[4] = { 0, 0, 0, 0 }; /* $8: 1 once a run may have committed unseen (FIRE) */
     pthread_mutex_lock(&b->fire_lock);
     for (int tries = 0; !err; tries++) {
         size_t k = 0;
@@ -121,14 +133,16 @@ int chime__pg_fire(struct chime__backend *b, struct chime__firing *f, size_t n)
         }
         if (!k)
             break;
-        const char *v[7];
-        int len[7], fmt[7] = { 1, 1, 1, 1, 1, 1, 1 };
+        const char *v[8];
+        int len[8], fmt[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
         for (int i = 0; i < 5; i++)
             v[i] = chime__pg_array_done(&a[i], &len[i]);
         v[5] = b->node;
         len[5] = (int)strlen(b->node);
         v[6] = token;
         len[6] = 8;
+        v[7] = again;
+        len[7] = 4;
         if (!v[0] || !v[1] || !v[2] || !v[3] || !v[4]) {
             err = -ENOMEM;
             break;
@@ -143,7 +157,7 @@ int chime__pg_fire(struct chime__backend *b, struct chime__firing *f, size_t n)
         int rc = chime__pg_prepare(pc, 0, "chime_fire", fire_sql);
         PGresult *r = NULL;
         if (rc == PG_OK) {
-            r = chime__pg_result(pc, PQsendQueryPrepared(pc->c, "chime_fire", 7, v, len, fmt, 1));
+            r = chime__pg_result(pc, PQsendQueryPrepared(pc->c, "chime_fire", 8, v, len, fmt, 1));
             rc = chime__pg_status(pc, r);
         }
         if (rc == PG_OK) {
@@ -156,9 +170,10 @@ int chime__pg_fire(struct chime__backend *b, struct chime__firing *f, size_t n)
             break;
         }
         PQclear(r);
-        if (rc == PG_LOST)
+        if (rc == PG_LOST) {
             chime__pg_disconnect(pc);
-        else if (rc == PG_FATAL)
+            again[3] = 1; /* the lost run may have committed: its own record is no refusal */
+        } else if (rc == PG_FATAL)
             err = -EIO;
         /* PG_RETRY: again; PG_LOST: again on a new connection, for what is still held */
     }
