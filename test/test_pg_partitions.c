@@ -206,6 +206,64 @@ static void test_a_partition_is_not_created_behind_a_reader(void)
     chime__pg_disconnect(&h.pc);
 }
 
+/* The partitions of chime.timers there are now. */
+static long long partitions(PGconn *c)
+{
+    return pg_value(c, "SELECT count(*) FROM pg_inherits"
+                       " WHERE inhparent = 'chime.timers'::regclass");
+}
+
+struct opener {
+    struct chime_store_config cfg;
+    chime_store *s;
+    struct recorder rec;
+    _Atomic int done;
+    int rc;
+};
+
+static void *open_main(void *arg)
+{
+    struct opener *o = arg;
+    o->rc = pg_open_config(&o->s, &o->cfg, &o->rec);
+    atomic_store(&o->done, 1);
+    return NULL;
+}
+
+/*
+ * The housekeeper makes the partitions ahead of puts (house.c), before open returns: those of the
+ * next notify_ns (a horizon and a quarter) and two widths. A node whose horizon is long beside the
+ * width made one partition per width of it: UINT64_MAX ("everything in memory"), which the journal
+ * takes as it is, wrapped around to 2^62 ns, and open went on creating partitions for years of
+ * them (found in review). What it makes ahead is bounded; a put beyond makes its own (lanes.c).
+ */
+static void test_a_long_horizon_makes_a_bounded_stretch_of_partitions(void)
+{
+    fresh();
+    PGconn *c = pg_connect_or_die(conninfo);
+    long long before = partitions(c);
+    struct opener o = { .rc = -1 };
+    recorder_init(&o.rec, NULL);
+    pg_node_config(&o.cfg, conninfo, "far", 0, UINT64_MAX);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, open_main, &o), 0);
+    long long made;
+    while ((made = partitions(c) - before) <= 100 && !atomic_load(&o.done))
+        sleep_ms(5); /* a poll of the database: the open reports nothing while it runs */
+    CHECK(atomic_load(&o.done), "open has made %lld partitions ahead and goes on", made);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK_EQ(o.rc, 0);
+    CHECK(made <= 100, "open made %lld partitions", made);
+    uint64_t due = wall_ns() + 500 * WIDTH; /* beyond them: the put makes its partition */
+    CHECK_EQ(chime_store_put(o.s, "late", 4, "x", 1, due), 0);
+    char sql[120];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_class WHERE relname = 'timers_%llu'",
+             (unsigned long long)(due / WIDTH));
+    CHECK_EQ(pg_value(c, sql), 1);
+    CHECK_EQ(chime_store_close(o.s), 0);
+    recorder_free(&o.rec);
+    PQfinish(c);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -215,6 +273,8 @@ int main(void)
           test_a_settled_partition_is_dropped_with_its_tombstones },
         { "a_partition_is_not_created_behind_a_reader",
           test_a_partition_is_not_created_behind_a_reader },
+        { "a_long_horizon_makes_a_bounded_stretch_of_partitions",
+          test_a_long_horizon_makes_a_bounded_stretch_of_partitions },
     };
     return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
 }

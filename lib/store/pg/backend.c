@@ -255,6 +255,8 @@ static int pg_open(struct chime__backend **out, const struct chime_store_config 
     /* Puts due before a node's `loaded` must reach it: loaded stays below now + horizon + two
      * granules of horizon / 8 (keeper.c), so a margin of a quarter covers it. */
     b->notify_ns = cfg->horizon_ns + cfg->horizon_ns / 4;
+    if (b->notify_ns < cfg->horizon_ns) /* a horizon beyond 0.8 * 2^64 ns: everything */
+        b->notify_ns = UINT64_MAX;
     if (getrandom(&b->token, sizeof b->token, 0) != (ssize_t)sizeof b->token)
         b->token = (int64_t)(chime__pg_wall() ^ (uint64_t)getpid() << 32);
     b->token &= INT64_MAX;

@@ -2,7 +2,9 @@
 /*
  * The housekeeper thread, every HOUSE_NS:
  *   - partitions of chime.timers for the next stretch of time exist before puts need them (a put
- *     that finds none creates it itself: lanes.c; this keeps that off the common path);
+ *     that finds none creates it itself: lanes.c; this keeps that off the common path): those of
+ *     the puts due before a node's `loaded` (notify_ns) and two widths more, AHEAD_MAX widths at
+ *     most (see ahead_until);
  *   - settled partitions are dropped (schema.c, SETTLED PARTITIONS), by one node at a time (an
  *     advisory lock), every RETIRE_EVERY rounds;
  *   - the lease history older than 7 days and the rows of nodes dead for a day are deleted;
@@ -23,6 +25,22 @@
 #define CLEAN_EVERY 900  /* rounds: 30 min */
 #define STATS_WINDOW_NS UINT64_C(10000000000)
 #define STATS_MIN_NS UINT64_C(500000000) /* counts at most every 500 ms, however often asked */
+#define AHEAD_MAX 64     /* partitions made ahead of now at most (see ahead_until) */
+
+/* The end of the stretch whose partitions are made ahead of puts. Bounded: the horizon, which
+ * notify_ns follows, may be long beside the width (a day of partitions of a minute), or UINT64_MAX
+ * (everything in memory), and open made a partition per width of it before returning, for years
+ * of them (found in review; test_pg_partitions). A put beyond makes its own (lanes.c), once per
+ * width. Saturates, like every due time, at INT64_MAX. */
+static uint64_t ahead_until(const struct chime__backend *b, uint64_t now)
+{
+    uint64_t w = b->schema.partition_ns, ahead = AHEAD_MAX * w;
+    if (w > (uint64_t)INT64_MAX / AHEAD_MAX)
+        ahead = (uint64_t)INT64_MAX;
+    if (b->notify_ns / w < AHEAD_MAX - 2)
+        ahead = b->notify_ns + 2 * w;
+    return ahead > (uint64_t)INT64_MAX - now ? (uint64_t)INT64_MAX : now + ahead;
+}
 
 static int retire(struct chime__backend *b)
 {
@@ -65,7 +83,7 @@ static int count(struct chime__backend *b)
 static int house_round(struct chime__backend *b, uint64_t round, uint64_t *ensured)
 {
     uint64_t now = chime__pg_wall(), w = b->schema.partition_ns;
-    uint64_t from = now - w, to = now + b->notify_ns + 2 * w;
+    uint64_t from = now - w, to = ahead_until(b, now);
     int rc = PG_OK;
     if (to / w != *ensured) {
         rc = chime__pg_partitions_ensure(&b->house_conn, &b->schema, from, to);
@@ -148,7 +166,7 @@ int chime__pg_house_start(struct chime__backend *b)
     do { /* PG_RETRY: another session's reader held chime.timers for a moment (schema.c) */
         uint64_t now = chime__pg_wall();
         rc = chime__pg_partitions_ensure(&b->house_conn, &b->schema, now - b->schema.partition_ns,
-                                         now + b->notify_ns + 2 * b->schema.partition_ns);
+                                         ahead_until(b, now));
     } while (rc == PG_RETRY);
     if (rc != PG_OK)
         return rc == PG_LOST ? -ECONNREFUSED : -EIO;

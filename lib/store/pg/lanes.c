@@ -256,6 +256,14 @@ int chime__pg_lanes_sync(struct chime__backend *b)
  * every read takes parts below a bound that saturates at DUE_MAX too (firing.c, loader.c). */
 #define DUE_MAX ((uint64_t)INT64_MAX)
 
+/* Whether a put due at `due` for a shard another node owns is notified to it (P7): due before
+ * now + notify_ns, which may pass UINT64_MAX (a horizon that long: every put is). */
+static bool due_soon(const struct chime__backend *b, uint64_t due)
+{
+    uint64_t now = chime__pg_wall();
+    return due <= now || due - now < b->notify_ns;
+}
+
 static int due_stored(uint64_t due, int retry, uint64_t *stored)
 {
     if (due > DUE_MAX && due != UINT64_MAX && !retry)
@@ -282,7 +290,7 @@ int chime__pg_put(struct chime__backend *b, const struct chime__put *p, struct c
     uint64_t held = chime__pg_epoch_of(b, op->shard);
     /* A put due soon for a shard another node owns is notified to it (P7); its own are armed by
      * the lane after the commit. */
-    op->note = !held && due < chime__pg_wall() + b->notify_ns;
+    op->note = !held && due_soon(b, due);
     memset(res, 0, sizeof *res);
     res->owned = held != 0;
     if (!p->if_version) { /* deferred: the version is the database's (backend.h) */
@@ -366,7 +374,7 @@ int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key
     op->shard = chime__pg_shard_of(key, key_len, b->schema.shards);
     op->due = due; /* op->part: stamped by the lane (restamp) */
     uint64_t held = chime__pg_epoch_of(b, op->shard);
-    op->note = !held && due_ns < chime__pg_wall() + b->notify_ns;
+    op->note = !held && due_soon(b, due_ns);
     int err = run_waited(b, op);
     if (!err) {
         *res = (struct chime__put_result){ .ref = { op->out_version, held ? pg_fence(held, op->shard) : 0 },
