@@ -157,7 +157,7 @@ int chime__pg_schema_create(struct pg_conn *pc, unsigned shards, uint64_t partit
 /* The partition holding part p: number p / width, range [n * width, (n + 1) * width). */
 static int ensure_one(struct pg_conn *pc, uint64_t width, uint64_t n)
 {
-    char sql[400], name[64], hi[32];
+    char sql[600], name[64], hi[32];
     snprintf(name, sizeof name, "chime.timers_%" PRIu64, n);
     if ((n + 1) > (uint64_t)INT64_MAX / width)
         snprintf(hi, sizeof hi, "MAXVALUE");
@@ -165,16 +165,22 @@ static int ensure_one(struct pg_conn *pc, uint64_t width, uint64_t n)
         snprintf(hi, sizeof hi, "%" PRIu64, (n + 1) * width);
     /* Nodes create the same partitions at once; IF NOT EXISTS alone does not make that safe (the
      * loser's catalog insert fails), so creators queue on one advisory lock, held to the commit.
-     * The CREATE locks chime.timers exclusively: queued behind a reader (a load, a poll), it would
-     * hold every put and read that comes after it until that reader ends, and a reader can itself
-     * wait for a put (a loader arming under a stripe lock that a cancel holds while its lane's put
-     * waits): a cycle the server cannot see (found in review). So it gives up after 100 ms
+     * Made as a table of its own, then attached: CREATE TABLE ... PARTITION OF locks chime.timers
+     * exclusively, and waited for every reader (a load, a poll) to end, while a reader can itself
+     * wait for the put that needs the partition (a loader arming under a stripe lock that a cancel
+     * holds while its lane's put waits): a cycle the server cannot see, which the lock_timeout
+     * below only turned into the lane trying again until the server ended the loader's session
+     * (found in review twice; test_pg_loader). ATTACH PARTITION locks chime.timers SHARE UPDATE
+     * EXCLUSIVE, which readers and writers do not conflict with. What it still conflicts with (a
+     * manual VACUUM or ANALYZE, a DROP of a settled partition) it waits for 100 ms at most
      * (PG_RETRY), and its caller tries again. */
     snprintf(sql, sizeof sql,
              "BEGIN; SET LOCAL lock_timeout = '100ms'; SELECT pg_advisory_xact_lock(%d);"
-             " CREATE TABLE IF NOT EXISTS %s PARTITION OF chime.timers FOR VALUES FROM (%" PRIu64
-             ") TO (%s); COMMIT",
-             PG_LOCK_PARTITIONS, name, n * width, hi);
+             " DO $$BEGIN IF to_regclass('%s') IS NULL THEN"
+             " CREATE TABLE %s (LIKE chime.timers INCLUDING DEFAULTS);"
+             " ALTER TABLE chime.timers ATTACH PARTITION %s FOR VALUES FROM (%" PRIu64 ") TO (%s);"
+             " END IF; END$$; COMMIT",
+             PG_LOCK_PARTITIONS, name, name, name, n * width, hi);
     int rc = chime__pg_run(pc, sql, NULL);
     if (rc != PG_OK && rc != PG_LOST)
         chime__pg_run(pc, "ROLLBACK", NULL);
