@@ -204,8 +204,9 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
     err = chime__store_acks_init(s);
     for (int i = 0; i < HOT_STRIPES; i++) {
         chime__short_lock_init(&s->stripes[i].lock);
-        s->stripes[i].nbuckets = 16;
         s->stripes[i].buckets = calloc(16, sizeof(struct hot *));
+        /* 0 without them: free_table walks nbuckets chains (found in review: 16 NULL ones) */
+        s->stripes[i].nbuckets = s->stripes[i].buckets ? 16 : 0;
         if (!s->stripes[i].buckets)
             err = -ENOMEM;
     }
