@@ -255,10 +255,14 @@ static void *keeper_main(void *arg)
         pthread_cond_broadcast(&s->keeper_cond);
         pthread_mutex_unlock(&s->load_lock);
 
-        /* Sleep until the next load is due (or a second, if something waits to be armed). */
+        /* Sleep until the next load is due (or a second, if something waits to be armed). With
+         * everything loaded (a horizon past 2554 saturates `loaded`), none is ever due: until
+         * woken (found in review: loaded - horizon had passed, and it woke every millisecond). */
         now = s->wall();
         loaded = atomic_load_explicit(&s->loaded, memory_order_relaxed);
-        uint64_t next = loaded > s->cfg.horizon_ns ? loaded - s->cfg.horizon_ns : 0;
+        uint64_t next = loaded == UINT64_MAX        ? UINT64_MAX
+                        : loaded > s->cfg.horizon_ns ? loaded - s->cfg.horizon_ns
+                                                     : 0;
         uint64_t wait = next > now ? next - now : 0;
         if (atomic_load_explicit(&s->unarmed, memory_order_relaxed) && wait > NS_PER_S)
             wait = NS_PER_S;
