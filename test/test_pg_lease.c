@@ -395,6 +395,46 @@ static void test_an_owner_statement_waiting_for_a_keys_lock_does_not_hold_up_the
 }
 
 /*
+ * Node a (token 1) holds shard 0 in epoch 5 for an hour and shard 1 in epoch 3 for `shard1_for`
+ * (an interval); key k0 of shard 0 and k1 of shard 1 (named from `prefix`) fired in those epochs.
+ * h locks k0's row, and o sends the real acknowledgement of both keys (statements.h), which takes
+ * its snapshot and waits for k0: this returns once it does.
+ */
+static void ack_of_two_shards_waiting(PGconn *obs, PGconn *h, PGconn *o, const char *prefix,
+                                      const char *shard1_for, char k0[32], char k1[32])
+{
+    char sql[400];
+    pg_key_in_shard(k0, 32, prefix, 0, 2);
+    pg_key_in_shard(k1, 32, prefix, 1, 2);
+    snprintf(sql, sizeof sql,
+             "UPDATE chime.shards SET owner = 'a', token = 1, expires = now() + CASE shard"
+             " WHEN 0 THEN interval '1 hour' ELSE interval '%s' END,"
+             " epoch = CASE shard WHEN 0 THEN 5 ELSE 3 END", shard1_for);
+    CHECK(pg_command(obs, sql), "the leases");
+    snprintf(sql, sizeof sql,
+             "INSERT INTO chime.keys (key, version, part, shard, attempt, fire_epoch)"
+             " VALUES ('%s'::bytea, 100, 0, 0, 1, 5), ('%s'::bytea, 200, 0, 1, 1, 3)", k0, k1);
+    CHECK(pg_command(obs, sql), "the keys");
+    lock_key(h, k0);
+    char keys[80];
+    snprintf(keys, sizeof keys, "{%s,%s}", k0, k1);
+    const char *ack[6] = { keys, "{100,200}", "{0,1}", "{5,3}", "a", "1" };
+    CHECK(PQsendQueryParams(o, PG_SQL_ACK, 6, NULL, ack, NULL, NULL, 0), "send");
+    wait_blocked_by(obs, PQbackendPID(h)); /* its snapshot taken; it waits for k0's row */
+}
+
+/* h lets k0 go; the acknowledgement o sent runs to its end without an error. */
+static void ack_let_go(PGconn *h, PGconn *o)
+{
+    CHECK(pg_command(h, "ROLLBACK"), "h");
+    PGresult *r;
+    while ((r = PQgetResult(o))) {
+        CHECK(PQresultStatus(r) == PGRES_COMMAND_OK, "ack: %s", PQerrorMessage(o));
+        PQclear(r);
+    }
+}
+
+/*
  * P1 with FOR KEY SHARE (lease.c, LOCK MODES): an acquisition committed after an owner statement's
  * snapshot, before the statement locked the shard's row, must make the statement see the new
  * epoch; PostgreSQL looks at the row again only because the acquisition locked it FOR UPDATE (an
@@ -413,23 +453,8 @@ static void test_an_acquisition_between_an_owner_statements_snapshot_and_its_loc
     CHECK_EQ(pg_cluster_db(&cluster, "lease_6", 2, 60, conninfo, sizeof conninfo), 0);
     PGconn *obs = pg_connect_or_die(conninfo), *h = pg_connect_or_die(conninfo);
     PGconn *o = pg_connect_or_die(conninfo), *other = pg_connect_or_die(conninfo);
-    char k0[32], k1[32], sql[400];
-    pg_key_in_shard(k0, sizeof k0, "fence", 0, 2);
-    pg_key_in_shard(k1, sizeof k1, "fence", 1, 2);
-    /* node a (token 1) holds shard 0 in epoch 5 and shard 1 in epoch 3; each key fired in it */
-    CHECK(pg_command(obs, "UPDATE chime.shards SET owner = 'a', token = 1, expires = now() +"
-                          " interval '1 hour', epoch = CASE shard WHEN 0 THEN 5 ELSE 3 END"),
-          "the leases");
-    snprintf(sql, sizeof sql,
-             "INSERT INTO chime.keys (key, version, part, shard, attempt, fire_epoch)"
-             " VALUES ('%s'::bytea, 100, 0, 0, 1, 5), ('%s'::bytea, 200, 0, 1, 1, 3)", k0, k1);
-    CHECK(pg_command(obs, sql), "the keys");
-    lock_key(h, k0);
-    char keys[80];
-    snprintf(keys, sizeof keys, "{%s,%s}", k0, k1);
-    const char *ack[6] = { keys, "{100,200}", "{0,1}", "{5,3}", "a", "1" };
-    CHECK(PQsendQueryParams(o, PG_SQL_ACK, 6, NULL, ack, NULL, NULL, 0), "send");
-    wait_blocked_by(obs, PQbackendPID(h)); /* its snapshot taken; it waits for k0's row */
+    char k0[32], k1[32];
+    ack_of_two_shards_waiting(obs, h, o, "fence", "1 hour", k0, k1);
     const char *rel[3] = { "a", "1", "{1}" }, *acq[5] = { "b", "2", "60000000", "{1}", "1" };
     PGresult *r = PQexecParams(other, chime__pg_release_sql, 3, NULL, rel, NULL, NULL, 0);
     CHECK(PQresultStatus(r) == PGRES_COMMAND_OK, "release: %s", PQerrorMessage(other));
@@ -442,11 +467,7 @@ static void test_an_acquisition_between_an_owner_statements_snapshot_and_its_loc
     PQclear(r);
     printf("# the acquisition %s shard 1 while the acknowledgement waited\n",
            acquired ? "took" : "skipped");
-    CHECK(pg_command(h, "ROLLBACK"), "h");
-    while ((r = PQgetResult(o))) {
-        CHECK(PQresultStatus(r) == PGRES_COMMAND_OK, "ack: %s", PQerrorMessage(o));
-        PQclear(r);
-    }
+    ack_let_go(h, o);
     CHECK_EQ(ended_in(obs, k0), 5);
     if (acquired) /* epoch 4 began before the acknowledgement committed: refused in epoch 3 */
         CHECK(ended_in(obs, k1) == -1, "%s acknowledged in epoch %lld after epoch 4 began", k1,
@@ -479,24 +500,8 @@ static void test_an_owner_statement_checks_a_shard_it_locks_after_a_wait_against
     CHECK_EQ(pg_cluster_db(&cluster, "lease_7", 2, 60, conninfo, sizeof conninfo), 0);
     PGconn *obs = pg_connect_or_die(conninfo), *h = pg_connect_or_die(conninfo);
     PGconn *o = pg_connect_or_die(conninfo);
-    char k0[32], k1[32], sql[400];
-    pg_key_in_shard(k0, sizeof k0, "start", 0, 2);
-    pg_key_in_shard(k1, sizeof k1, "start", 1, 2);
-    /* node a (token 1) holds shard 0 in epoch 5, and shard 1 in epoch 3 for another 300 ms */
-    CHECK(pg_command(obs, "UPDATE chime.shards SET owner = 'a', token = 1, expires = now() +"
-                          " CASE shard WHEN 0 THEN interval '1 hour' ELSE interval '300 ms' END,"
-                          " epoch = CASE shard WHEN 0 THEN 5 ELSE 3 END"),
-          "the leases");
-    snprintf(sql, sizeof sql,
-             "INSERT INTO chime.keys (key, version, part, shard, attempt, fire_epoch)"
-             " VALUES ('%s'::bytea, 100, 0, 0, 1, 5), ('%s'::bytea, 200, 0, 1, 1, 3)", k0, k1);
-    CHECK(pg_command(obs, sql), "the keys");
-    lock_key(h, k0);
-    char keys[80];
-    snprintf(keys, sizeof keys, "{%s,%s}", k0, k1);
-    const char *ack[6] = { keys, "{100,200}", "{0,1}", "{5,3}", "a", "1" };
-    CHECK(PQsendQueryParams(o, PG_SQL_ACK, 6, NULL, ack, NULL, NULL, 0), "send");
-    wait_blocked_by(obs, PQbackendPID(h)); /* its snapshot taken; it waits for k0's row */
+    char k0[32], k1[32];
+    ack_of_two_shards_waiting(obs, h, o, "start", "300 ms", k0, k1);
     long long seen = pg_value(obs, "SELECT (extract(epoch FROM expires) * 1e6)::int8"
                                    " FROM chime.shards WHERE shard = 1");
     /* a renewal of shard 1 (an UPDATE of expires, as lease.c's), then past the expiry it moved */
@@ -504,12 +509,7 @@ static void test_an_owner_statement_checks_a_shard_it_locks_after_a_wait_against
                           " WHERE shard = 1 AND owner = 'a' AND token = 1 AND expires > now()"),
           "the renewal");
     wait_db_clock_past(obs, seen);
-    CHECK(pg_command(h, "ROLLBACK"), "h");
-    PGresult *r;
-    while ((r = PQgetResult(o))) {
-        CHECK(PQresultStatus(r) == PGRES_COMMAND_OK, "ack: %s", PQerrorMessage(o));
-        PQclear(r);
-    }
+    ack_let_go(h, o);
     CHECK_EQ(ended_in(obs, k0), 5);
     CHECK(ended_in(obs, k1) == 3, "%s's acknowledgement in epoch 3 was refused, the lease renewed",
           k1);
