@@ -383,6 +383,21 @@ static inline void crash_now(void)
         pause(); /* until the parent's SIGKILL */
 }
 
+/* Fork a child that writes to the parent through a pipe. Return: the child's pid in the parent,
+ * with *fd the pipe's read end; 0 in the child, with *fd its write end. stdout is flushed first, so
+ * that the child does not print the parent's buffered lines again. */
+static inline pid_t fork_piped(int *fd)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    close(fds[pid == 0 ? 0 : 1]);
+    *fd = fds[pid == 0 ? 1 : 0];
+    return pid;
+}
+
 /* The parent's side: read the child's log (fd, nonblocking reads into *buf, grown as needed) until
  * the child has ended, killing it if it stopped. Return: 1 if it ended by SIGKILL, 0 if it exited 0,
  * -1 otherwise. */

@@ -274,17 +274,12 @@ static void run_round(unsigned r, struct rng *rng)
     memset(keys, 0, sizeof keys);
     int files = r % 2 == 0; /* the index in files (see above) */
     chime__index_set_defaults(files ? 1024 : 0, files ? 8 : 0, files ? 1 : 0);
-    int fds[2];
-    CHECK(pipe(fds) == 0, "pipe");
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
+    int fd;
+    pid_t pid = fork_piped(&fd);
     if (pid == 0) {
-        close(fds[0]);
-        log_fd = fds[1];
+        log_fd = fd;
         child_main();
     }
-    close(fds[1]);
     /* Read the log while the child runs, and kill it at a random moment under load: 20 to 270 ms
      * after its first acknowledged call (counted from then, not from the fork, so that a slow start
      * under valgrind or TSan still leaves the kill landing in the middle of the work). */
@@ -298,13 +293,13 @@ static void run_round(unsigned r, struct rng *rng)
             kill(pid, SIGKILL);
             killed = 1;
         }
-        struct pollfd p = { fds[0], POLLIN, 0 };
+        struct pollfd p = { fd, POLLIN, 0 };
         int ms = killed || !kill_at ? -1 : (int)((kill_at - now) / MS) + 1;
         if (poll(&p, 1, ms) <= 0)
             continue;
         if (len + 4096 > cap)
             buf = realloc(buf, cap *= 2);
-        ssize_t got = read(fds[0], buf + len, 4096);
+        ssize_t got = read(fd, buf + len, 4096);
         if (got <= 0)
             break; /* the child is dead and the pipe drained */
         len += (size_t)got;
@@ -312,7 +307,7 @@ static void run_round(unsigned r, struct rng *rng)
             if (((const struct logrec *)(buf + scanned))->phase == DONE)
                 kill_at = mono_ns() + delay;
     }
-    close(fds[0]);
+    close(fd);
     int status;
     CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "the child died on its own (%d)",

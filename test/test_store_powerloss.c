@@ -516,21 +516,15 @@ static void power_loss_at_every_kind_of_step(void)
         base_due = wall_ns() + 3600 * SEC;
         uint64_t child_seed = rng_next(&rng);
         interval = round % 2;
-        int fds[2];
-        CHECK(pipe(fds) == 0, "pipe");
-        fflush(stdout);
-        pid_t pid = fork();
-        CHECK(pid >= 0, "fork");
-        if (pid == 0) {
-            close(fds[0]);
-            child(fds[1], child_seed);
-        }
-        close(fds[1]);
-        fcntl(fds[0], F_SETFL, O_NONBLOCK);
+        int fd;
+        pid_t pid = fork_piped(&fd);
+        if (pid == 0)
+            child(fd, child_seed);
+        fcntl(fd, F_SETFL, O_NONBLOCK);
         unsigned char *buf = NULL;
         size_t len = 0, cap = 0;
-        int how = reap_child(pid, fds[0], &buf, &len, &cap);
-        close(fds[0]);
+        int how = reap_child(pid, fd, &buf, &len, &cap);
+        close(fd);
         CHECK(how >= 0, "the child failed (round %d, step %ld)", round, sh->crash_at);
         if (round == 0) {
             total = atomic_load(&sh->steps);
