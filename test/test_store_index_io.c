@@ -5,7 +5,8 @@
  * change was not made, and a reopen agrees. Found in review: a cancel whose table's batch of
  * pending writes was full wrote the batch out after its KILL was appended, and when that write
  * failed it returned -EIO for a cancel the reopen found done. The put path was already built so.
- * And a table that cannot grow for want of memory fails that call alone, not the store.
+ * Since deletions end entries by their tags, a cancel writes nothing into the index at all. And a
+ * table that cannot grow for want of memory fails that call alone, not the store.
  */
 #include "index_util.h"
 
@@ -15,26 +16,32 @@
 
 #define diag(...) (printf("# "), printf(__VA_ARGS__), printf("\n"), fflush(stdout))
 
-/* Fail writes to the index's files made by the test's own thread (the flusher's go through). */
+/* Fail writes to the index's files made by the test's own thread (the flusher's go through), and
+ * count them. */
 static pthread_t main_thread;
-static _Atomic int fail_armed;
+static _Atomic int fail_armed, my_index_writes;
 
 static int fail_my_index_writes(void *ctx, enum chime__io_op op, const char *name, int fd)
 {
     (void)ctx;
     (void)name;
     if (op != CHIME_IO_WRITE || fd < 0 || !atomic_load(&fail_armed) ||
-        !pthread_equal(pthread_self(), main_thread))
+        !pthread_equal(pthread_self(), main_thread) || !is_index_file(fd))
         return 0;
-    return is_index_file(fd) ? -EIO : 0;
+    atomic_fetch_add(&my_index_writes, 1);
+    return -EIO;
 }
 
 /*
- * Every table in a file with a batch of one pending write: after another key's replacement fills
- * it, a cancel's deletion needs the batch written out. Done after the KILL is appended, a failed
- * write returned -EIO for a cancel the log held; done first, the cancel fails and did nothing.
+ * Every table in a file with a batch of one pending write. A cancel after other keys' replacements
+ * filled their batches writes nothing into the index: its deletion ends the entry by its tag
+ * (lib/store/index.c, DELETION). Before, it wrote the ended entry into the batch, so a full batch
+ * had to be written out first; done after the KILL was appended (a review's find), a failed write
+ * returned -EIO for a cancel the reopen found done. Then, with the same faults, new keys are put
+ * until one's table must write its batch out: that put fails, and the reopen does not have it,
+ * which shows the faults were live.
  */
-static void a_cancel_that_returns_an_error_is_not_done_after_a_reopen(void)
+static void a_cancel_writes_nothing_into_the_index_and_a_put_that_fails_is_not_done(void)
 {
     char *path = tmpdir_make_fast("index-io-cancel");
     chime__index_set_defaults(1024, 1, 0); /* every table in a file, a batch of one write */
@@ -48,34 +55,49 @@ static void a_cancel_that_returns_an_error_is_not_done_after_a_reopen(void)
         CHECK_EQ(chime_store_put(s, key, (size_t)n, "p", 1, due), 0);
     }
     chime__io_set_fault(fail_my_index_writes, NULL);
-    /* Replace 64 keys (their tables' batches of one now hold those writes), then cancel another key
-     * at once: unless the flusher wrote its table's batch out in between, the cancel must. */
-    int failed_key = -1, err = 0;
-    for (int a = 0; a + 65 <= KEYS && failed_key < 0; a += 65) {
+    /* Replace 64 keys (their tables' batches of one now hold those writes), then cancel another. */
+    int cancels = 0;
+    for (int a = 0; a + 65 <= KEYS; a += 65, cancels++) {
         for (int b = a + 1; b < a + 65; b++) {
             int n = snprintf(key, sizeof key, "c%d", b);
             CHECK_EQ(chime_store_put(s, key, (size_t)n, "q", 1, due + 1), 0);
         }
         atomic_store(&fail_armed, 1);
         int n = snprintf(key, sizeof key, "c%d", a);
-        err = chime_store_cancel(s, key, (size_t)n);
+        int err = chime_store_cancel(s, key, (size_t)n);
         atomic_store(&fail_armed, 0);
-        if (err == -EIO)
-            failed_key = a;
-        else
-            CHECK_EQ(err, 0);
+        CHECK(err == 0, "the cancel of c%d returned %s", a, chime_strerror(err));
     }
+    diag("%d cancels made %d writes to the index", cancels, atomic_load(&my_index_writes));
+    CHECK_EQ(atomic_load(&my_index_writes), 0);
+    atomic_store(&fail_armed, 1);
+    int failed = -1, n = 0;
+    for (int i = 0; i < KEYS && failed < 0; i++) {
+        n = snprintf(key, sizeof key, "n%d", i);
+        int err = chime_store_put(s, key, (size_t)n, "p", 1, due);
+        if (err == -EIO)
+            failed = i;
+        else
+            CHECK(err == 0, "the put of %s returned %s", key, chime_strerror(err));
+    }
+    atomic_store(&fail_armed, 0);
     chime__io_set_fault(NULL, NULL);
-    CHECK(failed_key >= 0, "no cancel met a full batch");
-    diag("the cancel of c%d returned -EIO", failed_key);
+    CHECK(failed >= 0, "no put had to write its batch out");
+    diag("the put of n%d returned -EIO", failed);
     chime_store_close(s);
     chime__index_set_defaults(0, 0, 0);
     s = open_far(path);
-    int n = snprintf(key, sizeof key, "c%d", failed_key);
-    err = chime_store_cancel(s, key, (size_t)n);
-    diag("after the reopen, cancelling c%d again returns %d", failed_key, err);
+    for (int a = 0; a + 65 <= KEYS; a += 65) {
+        n = snprintf(key, sizeof key, "c%d", a);
+        CHECK_EQ(chime_store_cancel(s, key, (size_t)n), -ENOENT); /* cancelled before */
+    }
+    n = snprintf(key, sizeof key, "n%d", failed);
+    int err = chime_store_cancel(s, key, (size_t)n);
+    diag("after the reopen, cancelling n%d returns %d", failed, err);
+    CHECK(err == -ENOENT, "a put that returned -EIO was done after the reopen (%d)", err);
+    if (failed > 0) /* the put before it returned 0: it was done */
+        CHECK_EQ(chime_store_cancel(s, "n0", 2), 0);
     CHECK_EQ(chime_store_close(s), 0);
-    CHECK(err == 0, "a cancel that returned -EIO was done after the reopen (%d)", err);
     tmpdir_remove(path);
     free(path);
 }
@@ -139,8 +161,8 @@ static void a_put_whose_index_cannot_grow_fails_alone_and_the_store_goes_on(void
 }
 
 static const struct tap_test tests[] = {
-    { "a_cancel_that_returns_an_error_is_not_done_after_a_reopen",
-      a_cancel_that_returns_an_error_is_not_done_after_a_reopen },
+    { "a_cancel_writes_nothing_into_the_index_and_a_put_that_fails_is_not_done",
+      a_cancel_writes_nothing_into_the_index_and_a_put_that_fails_is_not_done },
     { "a_put_whose_index_cannot_grow_fails_alone_and_the_store_goes_on",
       a_put_whose_index_cannot_grow_fails_alone_and_the_store_goes_on },
 };

@@ -9,13 +9,15 @@
  *
  * DELETION. In a table in memory, deletion shifts the following slots of the probe run back, so it
  * leaves no ended entry. In a file that would read the rest of the run (a pread, a microsecond or
- * more of system call on the project's VM), so there the entry ends in place instead: one write into
- * the batch, nothing read. With chime__index_find_live, which finds a key known to be present from
- * the tags alone, an acknowledgement then makes no system call at all. An ended entry is taken back
- * by its own key's next put, and the others go when the table next fills (3/4 of its slots, ended
- * ones counted): reserve() rehashes it without them, at the same size unless what is left needs a
- * larger one. A rebuild leaves ended entries too (a version that ended must not come back while the
- * journal is read in any order); chime__index_rebuild_done drops them unless they are few.
+ * more of system call on the project's VM), so there the entry ends in place instead, by its tag
+ * alone (index_table.c, T2): nothing written, nothing read, nothing that can fail. With
+ * chime__index_find_live, which finds a key known to be present from the tags alone, an
+ * acknowledgement then makes no system call and adds nothing to the batch. An ended slot is taken
+ * by the next absent key whose probe run passes it, and the rest go when the table next fills (3/4
+ * of its slots, ended ones counted): reserve() rehashes it without them, at the same size unless
+ * what is left needs a larger one. A rebuild leaves ended entries too (a version that ended must
+ * not come back while the journal is read in any order); chime__index_rebuild_done drops them
+ * unless they are few.
  *
  * WHERE TABLES LIVE. A table of at most 512 KiB is anonymous memory: 32 stripes and two tables each
  * keep at most 32 MiB resident, and a store of up to about a quarter of a million keys never makes a
@@ -207,12 +209,6 @@ int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
     return chime__index_reserve_table(ix, &ix->stripes[k->stripe].t[t]);
 }
 
-int chime__index_room(struct chime__index *ix, enum chime__index_table t,
-                      const struct chime__ikey *k)
-{
-    return chime__itable_room(&ix->stripes[k->stripe].t[t], 1);
-}
-
 /* ---- operations ---- */
 
 /* Ask for a flush (chime__index_flush_wanted) once tb's batch is half full. */
@@ -344,21 +340,16 @@ int chime__index_set(struct chime__index *ix, enum chime__index_table t, const s
     return 0;
 }
 
-/* The entry s at `pos` of a file table ends in place: it becomes an ended entry of its key (DELETION).
- * An ended entry is left as it is. */
-static int end_at(struct chime__index *ix, enum chime__index_table t, table_t *tb, uint64_t pos,
-                  slot_t s)
+/* The entry s at `pos` of a file table ends in place, by its tag (DELETION). An ended entry is left
+ * as it is. */
+static void end_at(struct chime__index *ix, enum chime__index_table t, table_t *tb, uint64_t pos,
+                   slot_t s)
 {
     if (s.version & ENDED)
-        return 0;
-    s.version |= ENDED;
-    int err = chime__itable_write(tb, pos, 1, &s);
-    hint(ix, tb);
-    if (err)
-        return err;
+        return;
+    chime__itable_end(tb, pos);
     atomic_fetch_sub_explicit(&ix->live[t], 1, memory_order_relaxed);
     tb->ended++;
-    return 0;
 }
 
 /* Delete the entry s found at `hole` (see chime__index_del). In memory: backward-shift deletion over
@@ -369,8 +360,10 @@ static int end_at(struct chime__index *ix, enum chime__index_table t, table_t *t
 static int del_at(struct chime__index *ix, enum chime__index_table t, table_t *tb, uint64_t hole,
                   slot_t s)
 {
-    if (tb->tags)
-        return end_at(ix, t, tb, hole, s);
+    if (tb->tags) {
+        end_at(ix, t, tb, hole, s);
+        return 0;
+    }
     uint64_t mask = tb->cap - 1, h = hole;
     for (uint64_t i = (hole + 1) & mask; tb->slots[i].version; i = (i + 1) & mask) {
         /* slots[i] may fill the hole h if its home is not in (h, i], cyclically. */
@@ -403,13 +396,12 @@ int chime__index_del(struct chime__index *ix, enum chime__index_table t,
     return del_at(ix, t, tb, hole, s);
 }
 
-int chime__index_del_at(struct chime__index *ix, enum chime__index_table t,
-                        const struct chime__ikey *k, const struct chime__islot *at)
+void chime__index_del_at(struct chime__index *ix, enum chime__index_table t,
+                         const struct chime__ikey *k, const struct chime__islot *at)
 {
     table_t *tb = &ix->stripes[k->stripe].t[t];
-    if (!at->found)
-        return 0;
-    return del_at(ix, t, tb, at->pos, (slot_t){ k->h.lo, k->h.hi, at->version, at->due });
+    if (at->found)
+        del_at(ix, t, tb, at->pos, (slot_t){ k->h.lo, k->h.hi, at->version, at->due });
 }
 
 uint64_t chime__index_count(const struct chime__index *ix, enum chime__index_table t)

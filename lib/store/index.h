@@ -58,11 +58,6 @@ int chime__index_get(struct chime__index *ix, enum chime__index_table t, const s
  * does not grow it. Return: 0; -ENOMEM, -ENOSPC or an I/O error if the table had to grow. */
 int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
                          const struct chime__ikey *k);
-/* Room in table t of k's stripe for one more pending write (a file table's batch written out now if
- * it is full), so that a deletion or an overwrite there does no I/O: what a cancel or an
- * acknowledgement calls before it appends its record. Return: 0 or an error writing the batch. */
-int chime__index_room(struct chime__index *ix, enum chime__index_table t,
-                      const struct chime__ikey *k);
 /* Insert or overwrite. Return: 0; as chime__index_reserve, or an error writing a table's file. */
 int chime__index_set(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
                      uint64_t version, uint64_t due);
@@ -72,7 +67,8 @@ int chime__index_set(struct chime__index *ix, enum chime__index_table t, const s
 struct chime__islot {
     uint64_t pos;
     int found;        /* 1: version and due hold the key's live entry */
-    int ended;        /* the slot holds an ended entry of the key (left by a rebuild) */
+    int ended;        /* the slot holds an ended entry: the key's (left by a rebuild), or in a
+                         file table the first ended slot of the key's probe run; a write takes it */
     uint64_t version, due;
 };
 int chime__index_find(struct chime__index *ix, enum chime__index_table t, const struct chime__ikey *k,
@@ -87,8 +83,11 @@ int chime__index_write(struct chime__index *ix, enum chime__index_table t,
 int chime__index_find_live(struct chime__index *ix, enum chime__index_table t,
                            const struct chime__ikey *k, uint64_t version, uint64_t due,
                            struct chime__islot *at);
-/* Delete the entry chime__index_find found (at->found): one probe instead of two. */
-int chime__index_del_at(struct chime__index *ix, enum chime__index_table t,
+/* Delete the entry chime__index_find found (at->found): one probe instead of two. It reads and
+ * writes nothing (a file table's entry ends by its tag: index.c, DELETION), so it cannot fail and
+ * may follow the append of the change's record. Cost: O(1) in a file table; in memory, the rest of
+ * the probe run shifted back. */
+void chime__index_del_at(struct chime__index *ix, enum chime__index_table t,
                         const struct chime__ikey *k, const struct chime__islot *at);
 int chime__index_del(struct chime__index *ix, enum chime__index_table t,
                      const struct chime__ikey *k);

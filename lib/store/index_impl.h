@@ -14,7 +14,7 @@
 
 #define STRIPES 32
 #define MIN_SLOTS 128u                     /* 4 KiB */
-#define ENDED (UINT64_C(1) << 63)          /* this (greatest) version of the key has ended */
+#define ENDED CHIME__ISLOT_ENDED           /* this (greatest) version of the key has ended */
 
 typedef struct chime__islot_data slot_t;
 typedef struct chime__itable table_t;

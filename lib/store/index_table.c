@@ -5,14 +5,17 @@
  * FILE TABLES. A table over the index's memory limit (512 KiB) lives in an unnamed file in the
  * journal's directory; the page cache holds its slots and the process holds, per table:
  *
- *   tags     one byte per slot: 0 exactly when the slot is empty, else the key's tag, 8 bits of
- *            its hash that neither its stripe nor its home slot uses (1..255).
+ *   tags     one byte per slot: 0 exactly when the slot is empty, TAG_ENDED when it holds an
+ *            ended entry, else the key's tag, from bits of its hash that neither its stripe nor
+ *            its home slot uses (1..254).
  *   pending  up to `batch` slots written and not yet in the file, each once, with a map from
  *            position to entry: a 32nd of the table's slots, at least 1024.
  *
  * Invariants, for every position i of a file table:
- *   T1 The slot at i is pending[i] if i is pending, else the file's bytes at i.
- *   T2 tags[i] == 0 exactly when that slot is empty (version 0), else tags[i] == tag(its hash).
+ *   T1 The slot at i is pending[i] if i is pending, else the file's bytes at i; where tags[i] is
+ *      TAG_ENDED, with its version read as ended whatever those bytes say.
+ *   T2 tags[i] == 0 exactly when that slot is empty (version 0), TAG_ENDED exactly when it holds
+ *      an ended entry, else tags[i] == tag(its hash) and the entry is live.
  * So the tags are an exact picture of the table's occupancy, and a filter of its keys with no false
  * negatives: a lookup walks the key's probe run in the tags, and reads (a 32-byte pread, or the
  * pending entry) only the slots whose tag is the key's. A key that is absent, the common case of a
@@ -21,10 +24,15 @@
  * full 128-bit hash, so replace, cancel and acknowledgement stay exact. At the index's load (at most
  * 3/4, usually about half) an unsuccessful probe passes about 1.5 to 7.5 occupied slots (linear
  * probing: (1 + 1/(1 - load)^2) / 2 slots in all), so a new key reads with probability about 0.6 to
- * 2.9 % (each occupied slot matches with probability 1/255).
+ * 2.9 % (each live slot matches with probability 1/254).
  *
- * A write (an insert, an overwrite, a deletion, which ends the entry in place in a file table:
- * index.c, DELETION) goes to pending and sets the tag.
+ * A write (an insert, an overwrite) goes to pending and sets the tag. A deletion ends the entry in
+ * place (index.c, DELETION) by its tag alone (chime__itable_end): nothing is written or read, and
+ * the bytes at i keep the entry's last live content, which T1 reads as ended. A key that is absent
+ * goes to the first ended slot of its probe run, if there is one: so churn reuses ended slots
+ * instead of filling the table with them. (Before, a deletion wrote its ended entry into the batch:
+ * under a burst of acknowledgements the firing thread spent 39 % of its samples writing batches
+ * out: docs/perf.md, "Deletion by tag".)
  * A full batch is written out sorted by position, a 64 KiB chunk (2048 slots) at a time: a chunk
  * with 8 pending writes or more is read, patched and written whole (a pread and a pwrite of 64 KiB
  * cost about what seven 32-byte pwrites do, measured on the project's VM: 12 us against 1.8 us
@@ -69,11 +77,19 @@ _Static_assert(sizeof(slot_t) == 32, "a slot is 32 bytes");
 #define HUGE_FROM ((size_t)4 << 20) /* arrays this large are mapped for huge pages (map_random) */
 _Static_assert((CHUNK & (CHUNK - 1)) == 0, "a table of CHUNK slots or more is whole chunks");
 
-/* 8 bits of the hash that the stripe (hi's top 5) and the home slot (lo's low bits) do not use. */
+#define TAG_ENDED 255u /* T2: the slot holds an ended entry */
+
+/* 1..254 from 32 bits of the hash that the stripe (hi's top 5) and the home slot (lo's low bits)
+ * do not use. */
 static uint8_t tag_of(uint64_t hi)
 {
-    uint8_t g = (uint8_t)(hi >> 24);
-    return g ? g : 1;
+    return (uint8_t)((uint32_t)(hi >> 24) % 254u + 1u);
+}
+
+/* A slot's tag (T2). */
+static uint8_t slot_tag(const slot_t *s)
+{
+    return s->version == 0 ? 0 : (s->version & CHIME__ISLOT_ENDED) ? TAG_ENDED : tag_of(s->hi);
 }
 
 /*
@@ -161,8 +177,7 @@ int chime__itable_to_file(struct chime__itable *t, int dir, uint32_t batch)
         return err;
     }
     for (uint64_t i = 0; i < t->cap; i++) /* T2 */
-        if (t->slots[i].version)
-            tags[i] = tag_of(t->slots[i].hi);
+        tags[i] = slot_tag(&t->slots[i]);
     munmap(t->slots, t->cap * sizeof(slot_t));
     t->slots = NULL;
     t->fd = fd;
@@ -197,7 +212,7 @@ static struct chime__ipend *pend_get(const struct chime__ipending *p, uint64_t p
 static void pend_put(struct chime__itable *t, uint64_t pos, const slot_t *s)
 {
     struct chime__ipending *p = &t->pend;
-    t->tags[pos] = s->version ? tag_of(s->hi) : 0; /* T2 */
+    t->tags[pos] = slot_tag(s); /* T2 */
     uint32_t mask = p->mask;
     for (uint32_t i = map_home(pos, mask);; i = (i + 1) & mask) {
         uint32_t x = p->map[i];
@@ -300,10 +315,12 @@ int chime__itable_read(const struct chime__itable *t, uint64_t first, uint64_t n
             ssize_t got = chime__io_pread(t->fd, buf, part * sizeof *buf, first * sizeof *buf);
             if (got != (ssize_t)(part * sizeof *buf))
                 return got < 0 ? (int)got : -EIO;
-            for (uint64_t i = 0; t->pend.n && i < part; i++) { /* T1 */
+            for (uint64_t i = 0; i < part; i++) { /* T1 */
                 const struct chime__ipend *e = pend_get(&t->pend, first + i);
                 if (e)
                     buf[i] = e->s;
+                if (t->tags[first + i] == TAG_ENDED)
+                    buf[i].version |= CHIME__ISLOT_ENDED;
             }
         }
         buf += part;
@@ -360,14 +377,17 @@ int chime__itable_find(const struct chime__itable *t, const struct chime__hash *
         }
     }
     uint8_t want = tag_of(h->hi);
+    uint64_t ended = UINT64_MAX; /* the run's first ended slot */
     for (uint64_t i = home;; i = (i + 1) & mask) {
         if (t->tags[i] == 0) { /* T2: empty, and h is nowhere further on */
-            *pos = i;
-            *s = (slot_t){ 0, 0, 0, 0 };
+            *pos = ended != UINT64_MAX ? ended : i;
+            *s = (slot_t){ 0, 0, ended != UINT64_MAX ? CHIME__ISLOT_ENDED : 0, 0 };
             return 0;
         }
+        if (t->tags[i] == TAG_ENDED && ended == UINT64_MAX)
+            ended = i;
         if (t->tags[i] != want)
-            continue; /* T2: another key */
+            continue; /* T2: an ended entry, or another key */
         int err = read_one(t, i, s);
         if (err)
             return err;
@@ -376,6 +396,11 @@ int chime__itable_find(const struct chime__itable *t, const struct chime__hash *
             return 0;
         }
     }
+}
+
+void chime__itable_end(struct chime__itable *t, uint64_t pos)
+{
+    t->tags[pos] = TAG_ENDED; /* T2; T1 reads the bytes at pos as ended */
 }
 
 /* In a file table: how many slots of h's probe run carry h's tag (T2: the run ends at the first

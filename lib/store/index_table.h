@@ -12,10 +12,12 @@
 
 #include "store/hash.h"
 
-/* {hash lo, hash hi, version, due}; version 0 marks an empty slot. */
+/* {hash lo, hash hi, version, due}; version 0 marks an empty slot, a version with
+ * CHIME__ISLOT_ENDED an ended entry (index.c, DELETION). */
 struct chime__islot_data {
     uint64_t lo, hi, version, due;
 };
+#define CHIME__ISLOT_ENDED (UINT64_C(1) << 63)
 
 /* Slots written to a file table and not yet in its file (index_table.c, "PENDING WRITES"). */
 struct chime__ipending {
@@ -31,11 +33,11 @@ struct chime__ipending {
 struct chime__itable {
     struct chime__islot_data *slots; /* in memory: anonymous, zeroed; NULL if in a file or not made */
     int fd;                          /* in a file: the unnamed file; -1 otherwise */
-    uint8_t *tags;                   /* in a file: a byte per slot, 0 exactly when the slot is empty */
+    uint8_t *tags;                   /* in a file: a byte per slot (index_table.c, T2) */
     struct chime__ipending pend;     /* in a file: writes not yet in it */
     uint64_t cap;                    /* slots, a power of two (0: not made yet) */
     uint64_t used;                   /* occupied slots, ended ones included */
-    uint64_t ended;                  /* ended entries (rebuild only) */
+    uint64_t ended;                  /* ended entries */
 };
 
 #define CHIME__ITABLE_NONE { NULL, -1, NULL, { NULL, NULL, 0, 0, 0 }, 0, 0, 0 }
@@ -63,11 +65,16 @@ int chime__itable_flush(struct chime__itable *t);
 /* Room for `n` more pending writes without a flush (flushing if needed). Return: as flush. */
 int chime__itable_room(struct chime__itable *t, uint32_t n);
 
-/* Where h is, or the empty slot where it would go: *pos and a copy of the slot in *s. In a file
- * table the tags rule out every slot but those whose tag is h's: a key that is absent costs no read
- * unless a slot of its probe run shares its tag. Return: 0 or an I/O error. */
+/* Where h is, or the slot where it would go: *pos and a copy of the slot in *s. In a file table
+ * the tags rule out every slot but those whose tag is h's: a key that is absent costs no read
+ * unless a slot of its probe run shares its tag, and goes to the run's first ended entry if it has
+ * one (*s then an ended entry of no key: {0, 0, CHIME__ISLOT_ENDED, 0}), else to the empty slot
+ * that ends the run. Return: 0 or an I/O error. */
 int chime__itable_find(const struct chime__itable *t, const struct chime__hash *h, uint64_t *pos,
                        struct chime__islot_data *s);
+/* End the live entry at pos of a file table in place, by its tag alone (T2): nothing is written or
+ * read, so it cannot fail. Cost: O(1). */
+void chime__itable_end(struct chime__itable *t, uint64_t pos);
 /* In a file table: 1 and *pos if exactly one slot of h's probe run carries h's tag, from the tags
  * alone (no read); if h is in the table, it is there. 0 when none or several do, or in memory. */
 int chime__itable_sole(const struct chime__itable *t, const struct chime__hash *h, uint64_t *pos);

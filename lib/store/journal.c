@@ -146,9 +146,9 @@ static int j_cancel(struct chime__backend *j, const void *key, size_t key_len, u
     struct chime__islot at = { 0, 0, 0, 0, 0 };
     uint64_t lsn = 0;
     err = chime__journal_error(j);
-    if (!err) /* room for the deletion's write: once the record is in the log, nothing may fail */
-        err = index_failed(j, chime__index_room(j->ix, CHIME__IX_PENDING, &k));
-    if (!err) /* one probe: the slot found is the one deleted after the append */
+    /* One probe, the only read: the slot found is the one deleted after the append, which reads
+     * and writes nothing (index.h), so nothing can fail once the record is in the log. */
+    if (!err)
         err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &at));
     uint64_t v = at.version, due = at.due;
     err = err ? err : at.found ? 0 : -ENOENT;
@@ -159,11 +159,10 @@ static int j_cancel(struct chime__backend *j, const void *key, size_t key_len, u
     if (!err)
         err = chime__wal_append(j->wal, &r, 1, &lsn);
     if (!err)
-        err = index_failed(j, chime__index_del_at(j->ix, CHIME__IX_PENDING, &k, &at));
+        chime__index_del_at(j->ix, CHIME__IX_PENDING, &k, &at);
     chime__index_unlock(j->ix, &k);
     if (err)
         return err;
-    after_change(j);
     *victim = (struct chime__ref){ v, 0 };
     *ticket = lsn;
     return 0;
@@ -200,9 +199,8 @@ static int j_ack(struct chime__backend *j, const struct chime__timer *t, int cur
     chime__index_lock(j->ix, &k);
     uint64_t lsn;
     int err = chime__journal_error(j);
-    if (!err) /* room for the deletion's write: once the record is in the log, nothing may fail */
-        err = index_failed(j, chime__index_room(j->ix, CHIME__IX_PENDING, &k));
-    /* One process at a time holds the journal, so when the logic says t->ref is still current it
+    /* The deletion after the append reads and writes nothing (index.h): it cannot fail.
+     * One process at a time holds the journal, so when the logic says t->ref is still current it
      * is the key's live entry, and the index may find its slot without reading it (index.h). */
     if (!err && current)
         err = index_failed(j, chime__index_find_live(j->ix, CHIME__IX_PENDING, &k, t->ref.version,
@@ -214,11 +212,9 @@ static int j_ack(struct chime__backend *j, const struct chime__timer *t, int cur
                                 .key = t->key, .version = t->ref.version, .due = at.due };
         err = chime__wal_append(j->wal, &r, 1, &lsn);
         if (!err)
-            err = index_failed(j, chime__index_del_at(j->ix, CHIME__IX_PENDING, &k, &at));
+            chime__index_del_at(j->ix, CHIME__IX_PENDING, &k, &at);
     }
     chime__index_unlock(j->ix, &k);
-    if (!err)
-        after_change(j);
     return err; /* D3: not waited for */
 }
 
@@ -230,9 +226,8 @@ static int j_bury(struct chime__backend *j, const struct chime__timer *t)
     struct chime__islot pend, dead;
     uint64_t lsn;
     int err = chime__journal_error(j);
-    /* Every read, growth and batch write first: once the record is in the log, nothing may fail. */
-    if (!err)
-        err = index_failed(j, chime__index_room(j->ix, CHIME__IX_PENDING, &k));
+    /* Every read, growth and batch write first: once the record is in the log, nothing may fail
+     * (the deletion reads and writes nothing: index.h). */
     if (!err)
         err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &pend));
     if (!err && pend.found && pend.version == t->ref.version) {
@@ -247,7 +242,7 @@ static int j_bury(struct chime__backend *j, const struct chime__timer *t)
         if (!err)
             err = chime__wal_append(j->wal, &r, 1, &lsn);
         if (!err)
-            err = index_failed(j, chime__index_del_at(j->ix, CHIME__IX_PENDING, &k, &pend));
+            chime__index_del_at(j->ix, CHIME__IX_PENDING, &k, &pend);
         if (!err)
             err = index_failed(j, chime__index_write(j->ix, CHIME__IX_DEAD, &k, &dead, r.version,
                                                      0));
@@ -406,8 +401,6 @@ static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_
     if (!err)
         err = index_failed(j, chime__index_find(j->ix, CHIME__IX_PENDING, &k, &pat));
     if (!err)
-        err = index_failed(j, chime__index_room(j->ix, CHIME__IX_DEAD, &k));
-    if (!err)
         err = index_failed(j, chime__index_find(j->ix, CHIME__IX_DEAD, &k, &dat));
     /* The dead letter read is still the key's (a bury, drop or requeue of the key may have come
      * between: the logic then reads it again). Versions only grow, so the same version is the
@@ -424,7 +417,7 @@ static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_
         err = index_failed(j, chime__index_write(j->ix, CHIME__IX_PENDING, &k, &pat, r.version,
                                                  due_ns));
     if (!err)
-        err = index_failed(j, chime__index_del_at(j->ix, CHIME__IX_DEAD, &k, &dat));
+        chime__index_del_at(j->ix, CHIME__IX_DEAD, &k, &dat);
     chime__index_unlock(j->ix, &k);
     if (!err) {
         *res = (struct chime__put_result){ .ref = { r.version, 0 },
@@ -448,9 +441,7 @@ static int j_dead_drop(struct chime__backend *j, const void *key, size_t key_len
     struct chime__islot at = { 0, 0, 0, 0, 0 };
     uint64_t lsn = 0;
     int err = chime__journal_error(j);
-    /* The read and the batch's room first: once the record is in the log, nothing may fail. */
-    if (!err)
-        err = index_failed(j, chime__index_room(j->ix, CHIME__IX_DEAD, &k));
+    /* The read first; the deletion after the append reads and writes nothing (index.h). */
     if (!err)
         err = index_failed(j, chime__index_find(j->ix, CHIME__IX_DEAD, &k, &at));
     if (!err && !at.found)
@@ -460,7 +451,7 @@ static int j_dead_drop(struct chime__backend *j, const void *key, size_t key_len
     if (!err)
         err = chime__wal_append(j->wal, &r, 1, &lsn);
     if (!err)
-        err = index_failed(j, chime__index_del_at(j->ix, CHIME__IX_DEAD, &k, &at));
+        chime__index_del_at(j->ix, CHIME__IX_DEAD, &k, &at);
     chime__index_unlock(j->ix, &k);
     *ticket = lsn;
     return err;
