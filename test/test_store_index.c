@@ -30,7 +30,9 @@ static struct chime__index *open_index(int *fd, struct rng *r)
 }
 
 /* Random sets and deletes of n keys, each checked by a lookup against a plain array, with `batch`
- * pending writes per file table; with `drain`, the flusher's chime__index_flush now and then. */
+ * pending writes per file table; with `drain`, the flusher's chime__index_flush now and then. From
+ * op n to 4n nearly every draw deletes (a set in 100), so that tables shrink (index.c, SHRINKING),
+ * and then grow again. */
 static void random_operations(const char *name, uint32_t batch, int drain)
 {
     int fd, n = keys_wanted();
@@ -41,7 +43,7 @@ static void random_operations(const char *name, uint32_t batch, int drain)
     CHECK_EQ(chime__index_rebuild_done(ix), 0); /* nothing to rebuild: tables go in files from now */
     uint64_t *want = calloc((size_t)n, sizeof *want); /* version, 0 = absent */
     uint64_t live = 0;
-    for (long op = 0; op < 3L * n; op++) {
+    for (long op = 0; op < 5L * n; op++) {
         int i = (int)rng_below(&r, (uint64_t)n);
         struct chime__ikey k;
         index_key_of(ix, i, &k);
@@ -51,7 +53,7 @@ static void random_operations(const char *name, uint32_t batch, int drain)
         CHECK(found == (want[i] != 0) && (!found || (v == want[i] && due == want[i] * 3)),
               "op %ld key %d: found %d version %llu, want %llu", op, i, found,
               (unsigned long long)(found ? v : 0), (unsigned long long)want[i]);
-        if (rng_below(&r, 3)) {
+        if (rng_below(&r, 300) < (op >= n && op < 4L * n ? 3u : 200u)) {
             CHECK_EQ(chime__index_set(ix, CHIME__IX_PENDING, &k, (uint64_t)op + 1, (uint64_t)(op + 1) * 3), 0);
             live += !want[i];
             want[i] = (uint64_t)op + 1;

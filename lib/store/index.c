@@ -19,6 +19,16 @@
  * not come back while the journal is read in any order); chime__index_rebuild_done drops them
  * unless they are few.
  *
+ * SHRINKING. A table that deletions leave with at most a 16th of its slots live (ended entries not
+ * counted) is rehashed into the least table that holds what is left at most half full: back into
+ * memory when that fits there, its file closed. Deletions only ask (the flush hint); the journal's
+ * flusher does it in chime__index_flush, under the stripe's lock, as a growth is done under it: so
+ * after a burst of timers has fired, the index gives back its tags, its batches and its files'
+ * space (10^7 keys: 16 MiB of tags, 512 MiB of file) rather than holding them until a reopen. The
+ * sixteenth leaves room: a shrunk table is at most half full and grows at three quarters, so a
+ * table does not go back and forth. While it rehashes, that stripe's puts, cancels and
+ * acknowledgements wait: reading the table, a few milliseconds for 2^19 slots (16 MiB).
+ *
  * WHERE TABLES LIVE. A table of at most 512 KiB is anonymous memory: 32 stripes and two tables each
  * keep at most 32 MiB resident, and a store of up to about a quarter of a million keys never makes a
  * system call for its index. A larger table lives in an unnamed file (O_TMPFILE) in the journal's
@@ -211,11 +221,17 @@ int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
 
 /* ---- operations ---- */
 
-/* Ask for a flush (chime__index_flush_wanted) once tb's batch is half full. */
+/* Whether tb holds so few live entries that it shrinks (SHRINKING): at most a 16th of its slots. */
+static int shrinks(const struct chime__index *ix, const table_t *tb)
+{
+    return !ix->building && tb->cap > MIN_SLOTS && (tb->used - tb->ended) * 16 <= tb->cap;
+}
+
+/* Ask for a flush (chime__index_flush_wanted) once tb's batch is half full, or tb shrinks. */
 static void hint(struct chime__index *ix, const table_t *tb)
 {
-    if (tb->pend.max && tb->pend.n * 2 >= tb->pend.max)
-        /* relaxed: a hint; the flusher reads the batches under their stripes' locks */
+    if ((tb->pend.max && tb->pend.n * 2 >= tb->pend.max) || shrinks(ix, tb))
+        /* relaxed: a hint; the flusher reads the tables under their stripes' locks */
         atomic_store_explicit(&ix->flush_hint, 1, memory_order_relaxed);
 }
 
@@ -350,6 +366,7 @@ static void end_at(struct chime__index *ix, enum chime__index_table t, table_t *
     chime__itable_end(tb, pos);
     atomic_fetch_sub_explicit(&ix->live[t], 1, memory_order_relaxed);
     tb->ended++;
+    hint(ix, tb);
 }
 
 /* Delete the entry s found at `hole` (see chime__index_del). In memory: backward-shift deletion over
@@ -379,6 +396,7 @@ static int del_at(struct chime__index *ix, enum chime__index_table t, table_t *t
     else
         tb->ended--;
     tb->used--;
+    hint(ix, tb);
     return 0;
 }
 
@@ -438,6 +456,17 @@ int chime__index_maybe(struct chime__index *ix, enum chime__index_table t, const
     return chime__itable_maybe(&ix->stripes[k->stripe].t[t], &k->h);
 }
 
+/* Rehash tb into the least table that holds its live entries at most half full (SHRINKING). Out of
+ * memory leaves it as it was: a shrink is never owed. Return: 0 or an I/O error. */
+static int shrink(struct chime__index *ix, table_t *tb)
+{
+    uint64_t cap = MIN_SLOTS;
+    while ((tb->used - tb->ended + 1) * 2 > cap)
+        cap *= 2;
+    int err = chime__index_resize(ix, tb, cap, 0);
+    return err == -ENOMEM ? 0 : err;
+}
+
 int chime__index_flush(struct chime__index *ix, int all)
 {
     /* relaxed: a hint (see hint()); one set after this store is seen by the next call */
@@ -447,7 +476,9 @@ int chime__index_flush(struct chime__index *ix, int all)
         pthread_mutex_lock(&ix->stripes[i].lock);
         for (int t = 0; t < 2 && !err; t++) {
             table_t *tb = &ix->stripes[i].t[t];
-            if (tb->pend.n && (all || tb->pend.n * 2 >= tb->pend.max))
+            if (shrinks(ix, tb))
+                err = shrink(ix, tb); /* its pending writes go with the old table */
+            else if (tb->pend.n && (all || tb->pend.n * 2 >= tb->pend.max))
                 err = chime__itable_flush(tb);
         }
         pthread_mutex_unlock(&ix->stripes[i].lock);

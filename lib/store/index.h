@@ -146,12 +146,13 @@ int chime__index_maybe(struct chime__index *ix, enum chime__index_table t, const
 void chime__index_set_hash_key(struct chime__index *ix, uint64_t k0, uint64_t k1);
 
 /* Write out the pending writes of every file table whose batch is at least half full (all: of every
- * file table), one stripe at a time under its lock (the flusher thread calls this, so that puts
- * rarely find a full batch). Return: 0 or the first I/O error (the journal then fails: the index
- * could not keep its writes). */
+ * file table), and shrink every table at most a 16th live (index.c, SHRINKING), one stripe at a
+ * time under its lock (the flusher thread calls this, so that puts rarely find a full batch).
+ * Return: 0 or the first I/O error (the journal then fails: the index could not keep its writes);
+ * a shrink that finds no memory leaves its table as it was. */
 int chime__index_flush(struct chime__index *ix, int all);
-/* Whether some file table holds at least half a batch of pending writes. Any thread, no lock: a
- * hint for waking the flusher. */
+/* Whether some file table holds at least half a batch of pending writes, or some table shrinks.
+ * Any thread, no lock: a hint for waking the flusher. */
 int chime__index_flush_wanted(const struct chime__index *ix);
 
 /* Bytes of the tables, in memory and in files. */

@@ -80,10 +80,12 @@ static int index_grow_failed(struct chime__backend *j, int err)
     return err == -ENOMEM ? err : index_failed(j, err);
 }
 
-/* After a change: the index's write batches are filling up, so ask the flusher to write them out
- * (a put then rarely finds its batch full and writes it itself). */
-static void after_change(struct chime__backend *j)
+/* Unlock k's stripe after a change, and ask the flusher for the index's work if it is wanted: write
+ * batches filling up (a put then rarely finds its batch full and writes it itself), or a table that
+ * deletions have emptied enough to shrink (index.c, SHRINKING). */
+static void unlock_key(struct chime__backend *j, const struct chime__ikey *k)
 {
+    chime__index_unlock(j->ix, k);
     if (chime__index_flush_wanted(j->ix))
         chime__journal_ask_index_flush(j);
 }
@@ -124,10 +126,9 @@ static int j_put(struct chime__backend *j, const struct chime__put *p, struct ch
     if (!err)
         err = index_failed(j, chime__index_write(j->ix, CHIME__IX_PENDING, &k, &at, r.version,
                                                  p->due_ns));
-    chime__index_unlock(j->ix, &k);
+    unlock_key(j, &k);
     if (err)
         return err;
-    after_change(j);
     *res = (struct chime__put_result){ .ref = { r.version, 0 },
                                        .replaced = { at.found ? old : 0, 0 }, .owned = 1 };
     *ticket = lsn;
@@ -160,7 +161,7 @@ static int j_cancel(struct chime__backend *j, const void *key, size_t key_len, u
         err = chime__wal_append(j->wal, &r, 1, &lsn);
     if (!err)
         chime__index_del_at(j->ix, CHIME__IX_PENDING, &k, &at);
-    chime__index_unlock(j->ix, &k);
+    unlock_key(j, &k);
     if (err)
         return err;
     *victim = (struct chime__ref){ v, 0 };
@@ -214,7 +215,7 @@ static int j_ack(struct chime__backend *j, const struct chime__timer *t, int cur
         if (!err)
             chime__index_del_at(j->ix, CHIME__IX_PENDING, &k, &at);
     }
-    chime__index_unlock(j->ix, &k);
+    unlock_key(j, &k);
     return err; /* D3: not waited for */
 }
 
@@ -247,7 +248,7 @@ static int j_bury(struct chime__backend *j, const struct chime__timer *t)
             err = index_failed(j, chime__index_write(j->ix, CHIME__IX_DEAD, &k, &dead, r.version,
                                                      0));
     }
-    chime__index_unlock(j->ix, &k);
+    unlock_key(j, &k);
     return err; /* D3: not waited for */
 }
 
@@ -418,7 +419,7 @@ static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_
                                                  due_ns));
     if (!err)
         chime__index_del_at(j->ix, CHIME__IX_DEAD, &k, &dat);
-    chime__index_unlock(j->ix, &k);
+    unlock_key(j, &k);
     if (!err) {
         *res = (struct chime__put_result){ .ref = { r.version, 0 },
                                            .replaced = { pat.found ? pat.version : 0, 0 },
@@ -452,7 +453,7 @@ static int j_dead_drop(struct chime__backend *j, const void *key, size_t key_len
         err = chime__wal_append(j->wal, &r, 1, &lsn);
     if (!err)
         chime__index_del_at(j->ix, CHIME__IX_DEAD, &k, &at);
-    chime__index_unlock(j->ix, &k);
+    unlock_key(j, &k);
     *ticket = lsn;
     return err;
 }
