@@ -226,8 +226,10 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
         err = chime_timer_new(&s->rt, &s->cfg.runtime);
     if (!err)
         err = chime__store_start_dispatcher(s);
-    if (!err)
+    if (!err) {
+        chime__store_watch_clock(s);
         err = chime__store_first_load(s);
+    }
     if (!err)
         err = chime__store_start_keeper(s);
     if (err) {

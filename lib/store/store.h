@@ -240,6 +240,9 @@ void chime__store_tomb(struct chime_store *s, uint64_t hash, const void *key, si
                        uint64_t loading);
 int chime__store_tombstoned(struct chime_store *s, uint64_t hash, const void *key, size_t key_len);
 int chime__store_first_load(struct chime_store *s);
+/* Watch the wall clock for steps (keeper.c, THE CLOCK): before the first load, so that a step while
+ * it arms what it reads is seen. Without a timerfd (an old kernel), nothing is watched. */
+void chime__store_watch_clock(struct chime_store *s);
 int chime__store_start_keeper(struct chime_store *s);
 /* An entry could not be armed (out of memory): count it, wake the keeper to arm it (any thread). */
 void chime__store_unarmed(struct chime_store *s);
