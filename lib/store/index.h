@@ -88,7 +88,7 @@ int chime__index_find_live(struct chime__index *ix, enum chime__index_table t,
  * may follow the append of the change's record. Cost: O(1) in a file table; in memory, the rest of
  * the probe run shifted back. */
 void chime__index_del_at(struct chime__index *ix, enum chime__index_table t,
-                        const struct chime__ikey *k, const struct chime__islot *at);
+                         const struct chime__ikey *k, const struct chime__islot *at);
 int chime__index_del(struct chime__index *ix, enum chime__index_table t,
                      const struct chime__ikey *k);
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The key index's layout, shared by index.c (open, operations, flushing) and index_rebuild.c (the
- * rebuild at open): nothing else includes this. index.c explains the design.
+ * rebuild at open); of the rest, only test_store_index_tags includes it, to check every slot.
+ * index.c explains the design.
  */
 #ifndef CHIME_STORE_INDEX_IMPL_H
 #define CHIME_STORE_INDEX_IMPL_H

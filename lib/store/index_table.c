@@ -19,9 +19,10 @@
  * So the tags are an exact picture of the table's occupancy, and a filter of its keys with no false
  * negatives: a lookup walks the key's probe run in the tags, and reads (a 32-byte pread, or the
  * pending entry) only the slots whose tag is the key's. A key that is absent, the common case of a
- * put, is known absent at the first empty tag, and where it goes is that slot: no read. A "maybe" (a
- * slot of the run with the key's tag, holding another key) costs one read and is then settled by the
- * full 128-bit hash, so replace, cancel and acknowledgement stay exact. At the index's load (at most
+ * put, is known absent at the first empty tag, and goes to the first ended slot it passed, or else
+ * to that empty one: no read. A "maybe" (a slot of the run with the key's tag, holding another key)
+ * costs one read and is then settled by the full 128-bit hash, so replace, cancel and
+ * acknowledgement stay exact. At the index's load (at most
  * 3/4, usually about half) an unsuccessful probe passes about 1.5 to 7.5 occupied slots (linear
  * probing: (1 + 1/(1 - load)^2) / 2 slots in all), so a new key reads with probability about 0.6 to
  * 2.9 % (each live slot matches with probability 1/254).
