@@ -106,6 +106,78 @@ static void a_table_that_deletions_empty_shrinks_at_the_next_flush_and_keeps_its
     close(fd);
 }
 
+/* The fault for a_shrink_that_finds_no_descriptor_or_space_leaves_the_table_and_fails_nothing:
+ * index files that cannot be made (-EMFILE) or written (-ENOSPC), counted. */
+static _Atomic int no_file_fault; /* 0: none; else the errno made */
+static _Atomic int no_file_hits;
+
+static int no_file(void *ctx, enum chime__io_op op, const char *name, int fd)
+{
+    (void)ctx;
+    (void)fd;
+    int err = atomic_load(&no_file_fault);
+    if ((err == EMFILE && op == CHIME_IO_OPEN && name && !strcmp(name, ".")) ||
+        (err == ENOSPC && op == CHIME_IO_WRITE)) {
+        atomic_fetch_add(&no_file_hits, 1);
+        return -err;
+    }
+    return 0;
+}
+
+/*
+ * A shrink is never owed: a table whose smaller file cannot be made (no descriptor left) or written
+ * (the disk full) stays as it was, and the flush reports nothing, so the journal goes on (it failed
+ * for good, with nothing lost: chime__index_flush returned -EMFILE). 40 000 keys in file tables of
+ * 2048 slots (a memory limit of 4 KiB), all but every 16th deleted: about 78 live a table, which
+ * shrinks into 256 slots, still a file. Every key stays. Once the fault is gone, the next flush
+ * shrinks them.
+ */
+static void a_shrink_that_finds_no_descriptor_or_space_leaves_the_table_and_fails_nothing(void)
+{
+    enum { KEYS = 40000, KEEP = 16 };
+    int fd;
+    struct rng r = { rng_seed("test_store_index_shrink (no file)") };
+    struct chime__index *ix = index_open_in(&dir, "index-shrink", &fd, &r);
+    chime__index_set_memory_max(ix, 4096);
+    CHECK_EQ(chime__index_rebuild_done(ix), 0);
+    for (int i = 0; i < KEYS; i++)
+        set(ix, i, (uint64_t)i + 1);
+    /* The batches written (no shrink is due yet): a deletion writes nothing, so the only file
+     * written below is a shrink's. */
+    CHECK_EQ(chime__index_flush(ix, 1), 0);
+    for (int i = 0; i < KEYS; i++)
+        if (i % KEEP)
+            del(ix, i);
+    chime__io_set_fault(no_file, NULL);
+    static const int faults[] = { EMFILE, ENOSPC };
+    for (int f = 0; f < 2; f++) {
+        atomic_store(&no_file_fault, faults[f]);
+        atomic_store(&no_file_hits, 0);
+        int err = chime__index_flush(ix, 0);
+        diag("%s: the flush returned %d after %d faults", faults[f] == EMFILE ? "EMFILE" : "ENOSPC",
+             err, atomic_load(&no_file_hits));
+        CHECK(atomic_load(&no_file_hits) > 0, "no shrink tried to make a file");
+        CHECK(err == 0, "a shrink that found no %s failed the flush: %d",
+              faults[f] == EMFILE ? "descriptor" : "space", err);
+        /* (Tables left with 63 keys or fewer shrink into memory: they need no file.) */
+        CHECK_EQ(chime__index_count(ix, CHIME__IX_PENDING), (KEYS + KEEP - 1) / KEEP);
+        for (int i = 0; i < KEYS; i++)
+            expect(ix, i, i % KEEP ? 0 : (uint64_t)i + 1);
+    }
+    atomic_store(&no_file_fault, 0);
+    chime__io_set_fault(NULL, NULL);
+    uint64_t before = chime__index_bytes(ix);
+    CHECK_EQ(chime__index_flush(ix, 0), 0);
+    diag("no fault: %llu bytes of tables, then %llu", (unsigned long long)before,
+         (unsigned long long)chime__index_bytes(ix));
+    CHECK(chime__index_bytes(ix) * 4 <= before, "the tables did not shrink once they could");
+    CHECK(index_files() > 0, "no shrunk table is in a file: the faults above tested nothing");
+    for (int i = 0; i < KEYS; i++)
+        expect(ix, i, i % KEEP ? 0 : (uint64_t)i + 1);
+    chime__index_free(ix);
+    close(fd);
+}
+
 /*
  * The same through a store: a cancel's deletion asks the journal's flusher, which shrinks the
  * tables with no other call. 10 000 keys in file tables (a memory limit of 4 KiB: 128 slots), all
@@ -153,9 +225,61 @@ static void a_store_whose_keys_are_all_cancelled_closes_its_index_files(void)
     free(path);
 }
 
+/*
+ * The same through a store, whose journal failed for good on it: every call after the flusher's
+ * shrink returned -EMFILE (a cancel: "got -24"), and so did close. 40 000 keys in file tables, all
+ * but every 16th cancelled with index files that cannot be made; once a shrink has tried (polled),
+ * the store goes on and closes with no error.
+ */
+static void a_store_goes_on_when_a_shrink_finds_no_descriptor(void)
+{
+    enum { KEYS = 40000, KEEP = 16 };
+    char *path = tmpdir_make("index-shrink-nofd");
+    chime__index_set_defaults(4096, 0, 0);
+    chime_store *s = open_far(path);
+    uint64_t due = wall_ns() + 24 * 3600 * SEC;
+    char key[32];
+    for (int i = 0; i < KEYS; i++) {
+        int n = snprintf(key, sizeof key, "s%d", i);
+        CHECK_EQ(chime_store_put(s, key, (size_t)n, "p", 1, due), 0);
+    }
+    atomic_store(&no_file_hits, 0);
+    atomic_store(&no_file_fault, EMFILE); /* index files only: the log's have names */
+    chime__io_set_fault(no_file, NULL);
+    for (int i = 0; i < KEYS; i++) {
+        int n = snprintf(key, sizeof key, "s%d", i);
+        if (i % KEEP)
+            CHECK_EQ(chime_store_cancel(s, key, (size_t)n), 0);
+    }
+    uint64_t waited = 0;
+    while (!atomic_load(&no_file_hits) && waited < 60 * SEC) { /* a poll on the condition */
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+        waited += 1000000;
+    }
+    diag("%d shrinks found no descriptor", atomic_load(&no_file_hits));
+    CHECK(atomic_load(&no_file_hits) > 0, "no shrink tried to make a file in 60 s");
+    for (int i = 0; i < KEYS; i += KEEP) { /* the keys left: replaced, then cancelled */
+        int n = snprintf(key, sizeof key, "s%d", i);
+        CHECK_EQ(chime_store_put(s, key, (size_t)n, "q", 1, due + 1), 0);
+        CHECK_EQ(chime_store_cancel(s, key, (size_t)n), 0);
+    }
+    CHECK_EQ(chime_store_close(s), 0); /* the flusher joined: an error it met is the journal's */
+    chime__io_set_fault(NULL, NULL);
+    atomic_store(&no_file_fault, 0);
+    CHECK(!atomic_load(&far_fired), "a timer a day ahead fired");
+    chime__index_set_defaults(0, 0, 0);
+    tmpdir_remove(path);
+    free(path);
+}
+
 static const struct tap_test tests[] = {
     { "a_table_that_deletions_empty_shrinks_at_the_next_flush_and_keeps_its_keys",
       a_table_that_deletions_empty_shrinks_at_the_next_flush_and_keeps_its_keys },
+    { "a_shrink_that_finds_no_descriptor_or_space_leaves_the_table_and_fails_nothing",
+      a_shrink_that_finds_no_descriptor_or_space_leaves_the_table_and_fails_nothing },
+    { "a_store_goes_on_when_a_shrink_finds_no_descriptor",
+      a_store_goes_on_when_a_shrink_finds_no_descriptor },
     { "a_store_whose_keys_are_all_cancelled_closes_its_index_files",
       a_store_whose_keys_are_all_cancelled_closes_its_index_files },
 };

@@ -156,12 +156,13 @@ int chime__index_in_file(const struct chime__index *ix, uint64_t cap)
     return !ix->building && cap * sizeof(slot_t) > ix->mem_max;
 }
 
-/* Rehash t into cap slots (built in memory), dropping ended entries unless keep_ended (during a
- * rebuild, an ended entry is information: that version must not come back). */
-int chime__index_resize(struct chime__index *ix, table_t *t, uint64_t cap, int keep_ended)
+/* Build in *n the rehash of t into cap slots, in memory, dropping ended entries unless keep_ended
+ * (during a rebuild, an ended entry is information: that version must not come back). t is not
+ * changed. Return: 0; -ENOMEM or an error reading t (*n is then freed). */
+static int rehash(const table_t *t, table_t *n, uint64_t cap, int keep_ended)
 {
-    table_t n = CHIME__ITABLE_NONE;
-    int err = chime__itable_make(&n, cap);
+    *n = (table_t)CHIME__ITABLE_NONE;
+    int err = chime__itable_make(n, cap);
     slot_t chunk[1024];
     for (uint64_t i = 0; !err && i < t->cap; i += 1024) {
         uint64_t m = t->cap - i < 1024 ? t->cap - i : 1024;
@@ -171,30 +172,46 @@ int chime__index_resize(struct chime__index *ix, table_t *t, uint64_t cap, int k
             /* Fetch the home slot of the entry PREFETCH_AHEAD on: the old table's order is the
              * new one's at random, and a miss per entry in series made the resizes of a rebuild
              * (log2 of its size of them) most of an open's time. A hint only. */
-            if (k + PREFETCH_AHEAD < m && n.slots)
-                __builtin_prefetch(&n.slots[chunk[k + PREFETCH_AHEAD].lo & (cap - 1)], 1);
+            if (k + PREFETCH_AHEAD < m && n->slots)
+                __builtin_prefetch(&n->slots[chunk[k + PREFETCH_AHEAD].lo & (cap - 1)], 1);
             if (s->version == 0 || ((s->version & ENDED) && !keep_ended))
                 continue;
             uint64_t pos;
             slot_t unused;
             /* in memory: no error */
-            chime__itable_find(&n, &(struct chime__hash){ s->lo, s->hi }, &pos, &unused);
-            n.slots[pos] = *s;
-            n.used++;
-            n.ended += (s->version & ENDED) != 0;
+            chime__itable_find(n, &(struct chime__hash){ s->lo, s->hi }, &pos, &unused);
+            n->slots[pos] = *s;
+            n->used++;
+            n->ended += (s->version & ENDED) != 0;
         }
     }
-    if (!err && chime__index_in_file(ix, cap))
-        err = chime__itable_to_file(&n, ix->dir, ix->batch);
-    if (err) {
-        chime__itable_free(&n);
-        return err;
-    }
+    if (err)
+        chime__itable_free(n);
+    return err;
+}
+
+/* t becomes n, rehashed from it (the old file's pending writes go with it: n holds them). */
+static void replace(struct chime__index *ix, table_t *t, table_t *n)
+{
     atomic_fetch_sub_explicit(&ix->bytes, t->cap * sizeof(slot_t), memory_order_relaxed);
-    atomic_fetch_add_explicit(&ix->bytes, cap * sizeof(slot_t), memory_order_relaxed);
-    chime__itable_free(t); /* the old file's pending writes go with it: n holds them */
-    *t = n;
-    return 0;
+    atomic_fetch_add_explicit(&ix->bytes, n->cap * sizeof(slot_t), memory_order_relaxed);
+    chime__itable_free(t);
+    *t = *n;
+}
+
+/* Rehash t into cap slots (built in memory, then moved into its file if it belongs there). */
+int chime__index_resize(struct chime__index *ix, table_t *t, uint64_t cap, int keep_ended)
+{
+    table_t n;
+    int err = rehash(t, &n, cap, keep_ended);
+    if (!err && chime__index_in_file(ix, cap)) {
+        err = chime__itable_to_file(&n, ix->dir, ix->batch);
+        if (err)
+            chime__itable_free(&n);
+    }
+    if (!err)
+        replace(ix, t, &n);
+    return err;
 }
 
 /* Room for one more entry: at most 3/4 of the slots occupied (ended entries count), and (in a file)
@@ -456,15 +473,26 @@ int chime__index_maybe(struct chime__index *ix, enum chime__index_table t, const
     return chime__itable_maybe(&ix->stripes[k->stripe].t[t], &k->h);
 }
 
-/* Rehash tb into the least table that holds its live entries at most half full (SHRINKING). Out of
- * memory leaves it as it was: a shrink is never owed. Return: 0 or an I/O error. */
+/* Rehash tb into the least table that holds its live entries at most half full (SHRINKING). A
+ * shrink is never owed: out of memory, or no descriptor or no space for the new table's file,
+ * leaves tb as it was, with the index and the log still agreeing, so the journal goes on (found in
+ * review: such an error failed it for good, with nothing lost). An error reading tb is the table's
+ * own, and fails the journal as any read of it would. Return: 1 shrunk, 0 not, or that error. */
 static int shrink(struct chime__index *ix, table_t *tb)
 {
     uint64_t cap = MIN_SLOTS;
     while ((tb->used - tb->ended + 1) * 2 > cap)
         cap *= 2;
-    int err = chime__index_resize(ix, tb, cap, 0);
-    return err == -ENOMEM ? 0 : err;
+    table_t n;
+    int err = rehash(tb, &n, cap, 0);
+    if (err)
+        return err == -ENOMEM ? 0 : err;
+    if (chime__index_in_file(ix, cap) && chime__itable_to_file(&n, ix->dir, ix->batch)) {
+        chime__itable_free(&n);
+        return 0;
+    }
+    replace(ix, tb, &n);
+    return 1;
 }
 
 int chime__index_flush(struct chime__index *ix, int all)
@@ -476,9 +504,10 @@ int chime__index_flush(struct chime__index *ix, int all)
         pthread_mutex_lock(&ix->stripes[i].lock);
         for (int t = 0; t < 2 && !err; t++) {
             table_t *tb = &ix->stripes[i].t[t];
-            if (shrinks(ix, tb))
-                err = shrink(ix, tb); /* its pending writes go with the old table */
-            else if (tb->pend.n && (all || tb->pend.n * 2 >= tb->pend.max))
+            int shrunk = shrinks(ix, tb) ? shrink(ix, tb) : 0; /* its pending writes go with it */
+            if (shrunk < 0)
+                err = shrunk;
+            else if (!shrunk && tb->pend.n && (all || tb->pend.n * 2 >= tb->pend.max))
                 err = chime__itable_flush(tb);
         }
         pthread_mutex_unlock(&ix->stripes[i].lock);

@@ -149,7 +149,8 @@ void chime__index_set_hash_key(struct chime__index *ix, uint64_t k0, uint64_t k1
  * file table), and shrink every table at most a 16th live (index.c, SHRINKING), one stripe at a
  * time under its lock (the flusher thread calls this, so that puts rarely find a full batch).
  * Return: 0 or the first I/O error (the journal then fails: the index could not keep its writes);
- * a shrink that finds no memory leaves its table as it was. */
+ * a shrink that finds no memory, or no descriptor or space for its file, leaves its table as it
+ * was. */
 int chime__index_flush(struct chime__index *ix, int all);
 /* Whether some file table holds at least half a batch of pending writes, or some table shrinks.
  * Any thread, no lock: a hint for waking the flusher. */
