@@ -27,7 +27,9 @@
  * space (10^7 keys: 16 MiB of tags, 512 MiB of file) rather than holding them until a reopen. The
  * sixteenth leaves room: a shrunk table is at most half full and grows at three quarters, so a
  * table does not go back and forth. While it rehashes, that stripe's puts, cancels and
- * acknowledgements wait: reading the table, a few milliseconds for 2^19 slots (16 MiB).
+ * acknowledgements wait: reading the table, a few milliseconds for 2^19 slots (16 MiB). A shrink
+ * that finds no memory, descriptor or space for the new table leaves the table as it was, and it
+ * is tried again once half its live entries have gone (shrink()).
  *
  * WHERE TABLES LIVE. A table of at most 512 KiB is anonymous memory: 32 stripes and two tables each
  * keep at most 32 MiB resident, and a store of up to about a quarter of a million keys never makes a
@@ -241,7 +243,9 @@ int chime__index_reserve(struct chime__index *ix, enum chime__index_table t,
 /* Whether tb holds so few live entries that it shrinks (SHRINKING): at most a 16th of its slots. */
 static int shrinks(const struct chime__index *ix, const table_t *tb)
 {
-    return !ix->building && tb->cap > MIN_SLOTS && (tb->used - tb->ended) * 16 <= tb->cap;
+    uint64_t live = tb->used - tb->ended;
+    return !ix->building && tb->cap > MIN_SLOTS && live * 16 <= tb->cap &&
+           (!tb->unshrunk || (tb->unshrunk > 1 && live * 2 <= tb->unshrunk - 1));
 }
 
 /* Ask for a flush (chime__index_flush_wanted) once tb's batch is half full, or tb shrinks. */
@@ -476,22 +480,30 @@ int chime__index_maybe(struct chime__index *ix, enum chime__index_table t, const
 /* Rehash tb into the least table that holds its live entries at most half full (SHRINKING). A
  * shrink is never owed: out of memory, or no descriptor or no space for the new table's file,
  * leaves tb as it was, with the index and the log still agreeing, so the journal goes on (found in
- * review: such an error failed it for good, with nothing lost). An error reading tb is the table's
- * own, and fails the journal as any read of it would. Return: 1 shrunk, 0 not, or that error. */
+ * review: such an error failed it for good, with nothing lost). Such a table is not tried again
+ * until half its live entries have gone (tb->unshrunk; a rehash for any other reason clears it):
+ * each try reads the whole table under the stripe's lock, and with descriptors exhausted every
+ * change to it asked again (found in review). An error reading tb is the table's own, and fails
+ * the journal as any read of it would. Return: 1 shrunk, 0 not, or that error. */
 static int shrink(struct chime__index *ix, table_t *tb)
 {
     uint64_t cap = MIN_SLOTS;
     while ((tb->used - tb->ended + 1) * 2 > cap)
         cap *= 2;
     table_t n;
-    int err = rehash(tb, &n, cap, 0);
-    if (err)
-        return err == -ENOMEM ? 0 : err;
-    if (chime__index_in_file(ix, cap) && chime__itable_to_file(&n, ix->dir, ix->batch)) {
-        chime__itable_free(&n);
+    int err = rehash(tb, &n, cap, 0); /* -ENOMEM, or an error reading tb */
+    int unmade = err == -ENOMEM;
+    if (!err && chime__index_in_file(ix, cap) && chime__itable_to_file(&n, ix->dir, ix->batch)) {
+        chime__itable_free(&n); /* no memory, descriptor or space for its file */
+        unmade = 1;
+    }
+    if (unmade) { /* not shrunk: not tried again until half its live entries have gone */
+        tb->unshrunk = tb->used - tb->ended + 1;
         return 0;
     }
-    replace(ix, tb, &n);
+    if (err)
+        return err;
+    replace(ix, tb, &n); /* a new table: n.unshrunk is 0 */
     return 1;
 }
 

@@ -38,9 +38,11 @@ struct chime__itable {
     uint64_t cap;                    /* slots, a power of two (0: not made yet) */
     uint64_t used;                   /* occupied slots, ended ones included */
     uint64_t ended;                  /* ended entries */
+    uint64_t unshrunk;               /* index.c, SHRINKING: 1 + the live entries when a shrink of
+                                        this table failed; 0 if none did */
 };
 
-#define CHIME__ITABLE_NONE { NULL, -1, NULL, { NULL, NULL, 0, 0, 0 }, 0, 0, 0 }
+#define CHIME__ITABLE_NONE { NULL, -1, NULL, { NULL, NULL, 0, 0, 0 }, 0, 0, 0, 0 }
 
 /* A zeroed table of cap slots in anonymous memory. Return: 0; -ENOMEM. */
 int chime__itable_make(struct chime__itable *t, uint64_t cap);
