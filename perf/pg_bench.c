@@ -306,7 +306,8 @@ static void takeover(const char *conninfo)
          * (an hour), so both nodes hold their shards' timers in memory */
         put_all(s, threads, takeover_n, now_ns(CLOCK_REALTIME) + 300 * SEC, 2700 * SEC, NULL);
         double secs = (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9;
-        printf("takeover: node A put %u timers in %.1f s\n", takeover_n, secs);
+        printf("takeover: node A put %u timers from %u threads in %.1f s\n", takeover_n, threads,
+               secs);
         fflush(stdout);
         if (write(ready[1], "r", 1) != 1)
             _exit(1);
@@ -433,6 +434,8 @@ int main(int argc, char **argv)
         die(rc == PG_SKIP ? "PostgreSQL is not installed" : "the cluster did not start");
     char conninfo[600];
     if (getenv("PG_BENCH_TAKEOVER_ONLY")) { /* a shortcut while working on takeovers */
+        const char *last = strrchr(thread_list, ','); /* it puts from THREADS' last, as below */
+        threads = (unsigned)atoi(last ? last + 1 : thread_list);
         db("takeover", conninfo, sizeof conninfo);
         takeover(conninfo);
         pg_cluster_stop(&cluster);
