@@ -317,7 +317,9 @@ struct chime_store_stats {
     uint64_t acked;       /* handlers that returned 0 since open */
     uint64_t retried;     /* handlers that asked for a retry since open */
     uint64_t buried;      /* timers sent to the dead letters since open */
-    uint64_t journal_bytes; /* bytes the journal's files hold on disk */
+    uint64_t journal_bytes; /* bytes the journal's files hold on disk (not the key index's
+                               unnamed files in its directory: 32 bytes a slot of its tables
+                               beyond about a quarter of a million keys, given back as they go) */
     int error;            /* 0, or the sticky error: -EIO, -ENOSPC, -EBADMSG, -ENOMEM, -EMFILE,
                              -ENFILE */
     uint64_t lead_ns;     /* how long before its due time a firing is recorded now (2 to 50 ms,
