@@ -4,7 +4,9 @@
  * SHRINKING): the deletions ask for it through the flush hint, and the journal's flusher rehashes
  * the table, under its stripe's lock, into the least table that holds what is left. Before, a
  * table never shrank until a reopen: after a burst of 10^7 timers had fired, the index held its
- * tags (16 MiB) and its files (512 MiB) for as long as the store ran.
+ * tags (16 MiB) and its files (512 MiB) for as long as the store ran. A shrink that finds no
+ * descriptor or space for its new file leaves the table and fails nothing, and is not tried again
+ * until half the table's live entries have gone.
  */
 #include "index_util.h"
 
