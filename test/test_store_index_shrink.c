@@ -199,24 +199,56 @@ static void a_shrink_that_finds_no_descriptor_or_space_leaves_the_table_and_fail
     close(fd);
 }
 
+/* A store in a new directory (*path) whose index keeps every table over 4 KiB in a file, with
+ * `keys` timers "s0".. due at *due, a day ahead. */
+static chime_store *store_of(const char *name, int keys, char **path, uint64_t *due)
+{
+    *path = tmpdir_make(name);
+    chime__index_set_defaults(4096, 0, 0);
+    chime_store *s = open_far(*path);
+    *due = wall_ns() + 24 * 3600 * SEC;
+    char key[32];
+    for (int i = 0; i < keys; i++) {
+        int n = snprintf(key, sizeof key, "s%d", i);
+        CHECK_EQ(chime_store_put(s, key, (size_t)n, "p", 1, *due), 0);
+    }
+    return s;
+}
+
+/* Poll every millisecond until done() holds, for 60 s at most: the flusher may be busy turning the
+ * log into runs first. Return: the seconds waited. */
+static double poll_until(int (*done)(void))
+{
+    uint64_t waited = 0;
+    while (!done() && waited < 60 * SEC) {
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+        waited += 1000000;
+    }
+    return (double)waited / 1e9;
+}
+
+static int no_index_file(void)
+{
+    return index_files() == 0;
+}
+
+static int a_shrink_met_the_fault(void)
+{
+    return atomic_load(&no_file_hits) > 0;
+}
+
 /*
  * The same through a store: a cancel's deletion asks the journal's flusher, which shrinks the
  * tables with no other call. 10 000 keys in file tables (a memory limit of 4 KiB: 128 slots), all
- * cancelled: the index's files close. Polled, not slept on: the flusher may be busy
- * turning the log into runs first.
+ * cancelled: the index's files close.
  */
 static void a_store_whose_keys_are_all_cancelled_closes_its_index_files(void)
 {
     enum { KEYS = 10000 };
-    char *path = tmpdir_make("index-shrink-store");
-    chime__index_set_defaults(4096, 0, 0);
-    chime_store *s = open_far(path);
-    uint64_t due = wall_ns() + 24 * 3600 * SEC;
-    char key[32];
-    for (int i = 0; i < KEYS; i++) {
-        int n = snprintf(key, sizeof key, "s%d", i);
-        CHECK_EQ(chime_store_put(s, key, (size_t)n, "p", 1, due), 0);
-    }
+    char *path, key[32];
+    uint64_t due;
+    chime_store *s = store_of("index-shrink-store", KEYS, &path, &due);
     int files = index_files();
     diag("%d keys: %d index files", KEYS, files);
     CHECK(files >= 32, "only %d of the tables are in files", files);
@@ -224,13 +256,8 @@ static void a_store_whose_keys_are_all_cancelled_closes_its_index_files(void)
         int n = snprintf(key, sizeof key, "s%d", i);
         CHECK_EQ(chime_store_cancel(s, key, (size_t)n), 0);
     }
-    uint64_t waited = 0;
-    while (index_files() > 0 && waited < 60 * SEC) { /* a poll on the condition */
-        struct timespec ts = { 0, 1000000 };
-        nanosleep(&ts, NULL);
-        waited += 1000000;
-    }
-    diag("all cancelled: %d index files after %.3f s", index_files(), (double)waited / 1e9);
+    double waited = poll_until(no_index_file);
+    diag("all cancelled: %d index files after %.3f s", index_files(), waited);
     CHECK_EQ(index_files(), 0);
     struct chime_store_stats st;
     chime_store_stats(s, &st);
@@ -255,15 +282,9 @@ static void a_store_whose_keys_are_all_cancelled_closes_its_index_files(void)
 static void a_store_goes_on_when_a_shrink_finds_no_descriptor(void)
 {
     enum { KEYS = 40000, KEEP = 16 };
-    char *path = tmpdir_make("index-shrink-nofd");
-    chime__index_set_defaults(4096, 0, 0);
-    chime_store *s = open_far(path);
-    uint64_t due = wall_ns() + 24 * 3600 * SEC;
-    char key[32];
-    for (int i = 0; i < KEYS; i++) {
-        int n = snprintf(key, sizeof key, "s%d", i);
-        CHECK_EQ(chime_store_put(s, key, (size_t)n, "p", 1, due), 0);
-    }
+    char *path, key[32];
+    uint64_t due;
+    chime_store *s = store_of("index-shrink-nofd", KEYS, &path, &due);
     atomic_store(&no_file_hits, 0);
     atomic_store(&no_file_fault, EMFILE); /* index files only: the log's have names */
     chime__io_set_fault(no_file, NULL);
@@ -272,13 +293,9 @@ static void a_store_goes_on_when_a_shrink_finds_no_descriptor(void)
         if (i % KEEP)
             CHECK_EQ(chime_store_cancel(s, key, (size_t)n), 0);
     }
-    uint64_t waited = 0;
-    while (!atomic_load(&no_file_hits) && waited < 60 * SEC) { /* a poll on the condition */
-        struct timespec ts = { 0, 1000000 };
-        nanosleep(&ts, NULL);
-        waited += 1000000;
-    }
-    diag("%d shrinks found no descriptor", atomic_load(&no_file_hits));
+    double waited = poll_until(a_shrink_met_the_fault);
+    diag("%d shrinks found no descriptor (the first after %.3f s)", atomic_load(&no_file_hits),
+         waited);
     CHECK(atomic_load(&no_file_hits) > 0, "no shrink tried to make a file in 60 s");
     for (int i = 0; i < KEYS; i += KEEP) { /* the keys left: replaced, then cancelled */
         int n = snprintf(key, sizeof key, "s%d", i);
