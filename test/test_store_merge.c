@@ -178,10 +178,74 @@ static void runs_read_back_by_due_range_and_merge_into_one(void)
     free(dir);
 }
 
+static int by_address(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)*(struct chime__rec *const *)a;
+    uintptr_t y = (uintptr_t)*(struct chime__rec *const *)b;
+    return (x > y) - (x < y);
+}
+
+/* One draw of n records: the kinds a flush sorts (PUT, FIRE, KILL, DEAD, a dead letter's KILL),
+ * dues from a few values (ties) or from all of them, versions near each other or not. */
+static void draw(struct rng *r, struct chime__rec *recs, size_t n, int round)
+{
+    static const uint8_t kinds[] = { CHIME__PUT, CHIME__FIRE, CHIME__KILL, CHIME__DEAD,
+                                     CHIME__KILL };
+    uint64_t base = rng_next(r) >> (round % 3 ? 8 : 40);
+    for (size_t i = 0; i < n; i++) {
+        int kind = (int)rng_below(r, 5);
+        uint64_t due = round % 2 ? base + rng_below(r, 4) * 1000 : rng_next(r);
+        if (round % 5 == 4 && rng_below(r, 4) == 0)
+            due = UINT64_MAX; /* a timer kept but never loaded */
+        recs[i] = rec(kinds[kind], base % 100000 + rng_below(r, round % 3 ? 64 : 1u << 30), due,
+                      (uint32_t)rng_below(r, 4));
+        if (kind == 4)
+            recs[i].flags = CHIME__KILL_DEAD; /* section 1, as DEAD */
+    }
+}
+
+/* chime__rec_sort (a radix sort on (due, version, kind) since 2026-11-29) puts records in the order
+ * chime__rec_cmp defines, as the qsort before it did, and loses or repeats none: random draws with
+ * ties of due and version, dead letters (the second section), dues of UINT64_MAX, and a version of
+ * 2^62 (the packing's limit: qsort then). */
+static void the_sort_puts_records_in_run_order(void)
+{
+    struct rng r = { rng_seed("test_store_merge (sort)") };
+    enum { N = 5000 };
+    struct chime__rec *recs = calloc(N, sizeof *recs);
+    struct chime__rec **order = calloc(N, sizeof *order), **seen = calloc(N, sizeof *seen);
+    CHECK(recs && order && seen, "no memory");
+    for (int round = 0; round < 40; round++) {
+        size_t n = round == 0 ? 2 : 1 + rng_below(&r, N);
+        draw(&r, recs, n, round);
+        if (round == 39)
+            recs[rng_below(&r, n)].version = UINT64_C(1) << 62;
+        for (size_t i = 0; i < n; i++)
+            order[i] = &recs[n - 1 - i];
+        chime__rec_sort(order, n);
+        for (size_t i = 1; i < n; i++)
+            CHECK(chime__rec_cmp(order[i - 1], order[i]) <= 0,
+                  "round %d: record %zu (section %d due %llu version %llu type %d) sorts after %zu",
+                  round, i - 1, chime__rec_section(order[i - 1]),
+                  (unsigned long long)order[i - 1]->due,
+                  (unsigned long long)order[i - 1]->version, order[i - 1]->type, i);
+        for (size_t i = 0; i < n; i++)
+            seen[i] = order[i];
+        qsort(seen, n, sizeof *seen, by_address);
+        for (size_t i = 0; i < n; i++)
+            CHECK(seen[i] == &recs[i], "round %d: record %zu lost or repeated by the sort", round,
+                  i);
+    }
+    free(recs);
+    free(order);
+    free(seen);
+}
+
 static const struct tap_test tests[] = {
     { "a_version_whose_put_and_kill_meet_leaves_nothing_and_fires_fold_in",
       a_version_whose_put_and_kill_meet_leaves_nothing_and_fires_fold_in },
     { "runs_read_back_by_due_range_and_merge_into_one", runs_read_back_by_due_range_and_merge_into_one },
+    { "the_sort_puts_records_in_run_order", the_sort_puts_records_in_run_order },
 };
 
 int main(void)

@@ -21,17 +21,6 @@ void chime__array_source_init(struct chime__array_source *s, struct chime__rec *
     *s = (struct chime__array_source){ { array_next, 1 }, recs, n, 0 };
 }
 
-static int cmp_ptr(const void *a, const void *b)
-{
-    return chime__rec_cmp(*(const struct chime__rec *const *)a, *(const struct chime__rec *const *)b);
-}
-
-void chime__rec_sort(struct chime__rec **recs, size_t n)
-{
-    if (n > 1) /* pointers, not 80-byte records: qsort moves what it sorts */
-        qsort(recs, n, sizeof *recs, cmp_ptr);
-}
-
 void chime__collapse_init(struct chime__collapse *c, enum chime__collapse_mode mode,
                           int drop_orphans, chime__emit_fn *emit, void *ctx)
 {

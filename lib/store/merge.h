@@ -35,7 +35,9 @@ struct chime__array_source {
 void chime__array_source_init(struct chime__array_source *s, struct chime__rec *const *recs,
                               size_t n);
 
-/* Sort pointers to records into the records' run order. */
+/* Sort pointers to records into the records' run order (rec_sort.c). Cost: O(n) for each byte of
+ * (due, version) that the records do not all share; 48 bytes a record of memory, taken and given
+ * back (without it, or for a version of 2^62 or more, qsort: O(n log n)). */
 void chime__rec_sort(struct chime__rec **recs, size_t n);
 
 typedef int chime__emit_fn(void *ctx, const struct chime__rec *r);
