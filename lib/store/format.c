@@ -221,11 +221,6 @@ int chime__head_slot_decode(const void *src, uint64_t *seq, uint64_t *n)
     return 0;
 }
 
-static int rank(const struct chime__rec *r)
-{
-    return r->type == CHIME__FIRE ? 1 : r->type == CHIME__KILL ? 2 : 0;
-}
-
 int chime__rec_cmp(const struct chime__rec *a, const struct chime__rec *b)
 {
     int sa = chime__rec_section(a), sb = chime__rec_section(b);
@@ -236,7 +231,7 @@ int chime__rec_cmp(const struct chime__rec *a, const struct chime__rec *b)
         return da < db ? -1 : 1;
     if (a->version != b->version)
         return a->version < b->version ? -1 : 1;
-    return rank(a) - rank(b);
+    return chime__rec_rank(a) - chime__rec_rank(b);
 }
 
 int chime__rec_flatten(const struct chime__rec *r, struct chime__rec out[3])

@@ -125,6 +125,12 @@ static inline int chime__rec_section(const struct chime__rec *r)
     return r->type == CHIME__DEAD || (r->type == CHIME__KILL && (r->flags & CHIME__KILL_DEAD));
 }
 
+/* A record's place among those of its version in a run: PUT and DEAD 0, FIRE 1, KILL 2. */
+static inline int chime__rec_rank(const struct chime__rec *r)
+{
+    return r->type == CHIME__FIRE ? 1 : r->type == CHIME__KILL ? 2 : 0;
+}
+
 /* <0, 0, >0 as a sorts before, with, after b in a run: (section, due, version, PUT/DEAD < FIRE <
  * KILL). */
 int chime__rec_cmp(const struct chime__rec *a, const struct chime__rec *b);

@@ -36,8 +36,8 @@ void chime__array_source_init(struct chime__array_source *s, struct chime__rec *
                               size_t n);
 
 /* Sort pointers to records into the records' run order (rec_sort.c). Cost: O(n) for each byte of
- * (due, version) that the records do not all share; 48 bytes a record of memory, taken and given
- * back (without it, or for a version of 2^62 or more, qsort: O(n log n)). */
+ * (due, version) that the records do not all share; 48 bytes a record and 32 KiB of memory, taken
+ * and given back (without it, or for a version of 2^62 or more, qsort: O(n log n)). */
 void chime__rec_sort(struct chime__rec **recs, size_t n);
 
 typedef int chime__emit_fn(void *ctx, const struct chime__rec *r);

@@ -18,6 +18,7 @@
  * qsort: the collapse folds them by their largest attempt.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "store/merge.h"
 
@@ -31,23 +32,20 @@ static int cmp_ptr(const void *a, const void *b)
     return chime__rec_cmp(*(const struct chime__rec *const *)a, *(const struct chime__rec *const *)b);
 }
 
-static int rank(const struct chime__rec *r)
-{
-    return r->type == CHIME__FIRE ? 1 : r->type == CHIME__KILL ? 2 : 0;
-}
-
 static unsigned digit(const struct key *k, unsigned d)
 {
     return (unsigned)((d < 8 ? k->lo >> (8 * d) : k->hi >> (8 * (d - 8))) & 0xff);
 }
 
-/* Sort k[0 .. n) by (hi, lo), tmp holding n more; the result ends in k. */
-static void radix(struct key *k, struct key *tmp, size_t n)
+enum { DIGITS = 16 }; /* lo's 8 bytes first, then hi's */
+
+/* Sort k[0 .. n) by (hi, lo), tmp holding n more and count DIGITS x 256 counters; the result ends
+ * in k. (The counters are not on the stack: open's replay flushes on the caller's thread.) */
+static void radix(struct key *k, struct key *tmp, size_t (*count)[256], size_t n)
 {
-    enum { DIGITS = 16 }; /* lo's 8 bytes first, then hi's */
-    size_t count[DIGITS][256] = { { 0 } }; /* 32 KiB of the flusher's stack */
     if (n < 2)
         return;
+    memset(count, 0, DIGITS * sizeof *count);
     for (size_t i = 0; i < n; i++) /* every digit's histogram in one read */
         for (unsigned d = 0; d < DIGITS; d++)
             count[d][digit(&k[i], d)]++;
@@ -75,7 +73,7 @@ void chime__rec_sort(struct chime__rec **recs, size_t n)
 {
     if (n < 2)
         return;
-    struct key *k = malloc(2 * n * sizeof *k);
+    struct key *k = malloc(2 * n * sizeof *k + DIGITS * sizeof(size_t[256]));
     size_t first = 0, last = n; /* section 0 from the front, section 1 from the back */
     for (size_t i = 0; k && i < n; i++) {
         const struct chime__rec *r = recs[i];
@@ -85,15 +83,16 @@ void chime__rec_sort(struct chime__rec **recs, size_t n)
             break;
         }
         int section = chime__rec_section(r);
-        struct key x = { section ? 0 : r->due, r->version << 2 | (uint64_t)rank(r), recs[i] };
+        struct key x = { section ? 0 : r->due, r->version << 2 | (uint64_t)chime__rec_rank(r), recs[i] };
         k[section ? --last : first++] = x;
     }
     if (!k) {
         qsort(recs, n, sizeof *recs, cmp_ptr);
         return;
     }
-    radix(k, k + n, first);
-    radix(k + first, k + n, n - first);
+    size_t (*count)[256] = (size_t (*)[256])(k + 2 * n);
+    radix(k, k + n, count, first);
+    radix(k + first, k + n, count, n - first);
     for (size_t i = 0; i < n; i++)
         recs[i] = k[i].rec;
     free(k);
