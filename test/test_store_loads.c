@@ -23,16 +23,52 @@ static void fresh(void)
     store_test_fresh(&dir, "loads", &rec);
 }
 
-/* A load that stops when it hands over key K, until the test lets it go on (found in review: a put
- * made in that moment could fire and leave the table before the load installed the version it had
- * read, which then fired a second time with its old payload). */
 static const struct chime__backend_ops *real_ops;
 static struct chime__backend_ops paused_ops;
+
+/* Where the tests hold the store's threads, under one lock: a load as it hands over key K (the
+ * first test); loads at their start, one at a time, and a put as it files a tomb (the second). */
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int armed, reached, go;
-} pause_at_k = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 };
+    int k_armed, k_reached, k_go;
+    int armed, loads_reached, loads_let, tomb_armed, tomb_reached, tomb_go;
+} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+
+/* Until `*field` is at least n (under gate.lock). */
+static void gate_wait(const int *field, int n)
+{
+    pthread_mutex_lock(&gate.lock);
+    while (*field < n)
+        pthread_cond_wait(&gate.cond, &gate.lock);
+    pthread_mutex_unlock(&gate.lock);
+}
+
+static void gate_set(int *field, int value)
+{
+    pthread_mutex_lock(&gate.lock);
+    *field = value;
+    pthread_cond_broadcast(&gate.cond);
+    pthread_mutex_unlock(&gate.lock);
+}
+
+/* Once armed, the first thread to come here says so (*reached) and waits until *go. */
+static void hold_here(int *armed, int *reached, const int *go)
+{
+    pthread_mutex_lock(&gate.lock);
+    if (*armed) {
+        *armed = 0;
+        *reached = 1;
+        pthread_cond_broadcast(&gate.cond);
+        while (!*go)
+            pthread_cond_wait(&gate.cond, &gate.lock);
+    }
+    pthread_mutex_unlock(&gate.lock);
+}
+
+/* A load that stops when it hands over key K, until the test lets it go on (found in review: a put
+ * made in that moment could fire and leave the table before the load installed the version it had
+ * read, which then fired a second time with its old payload). */
 
 struct forward {
     chime__timer_fn *fn;
@@ -42,15 +78,8 @@ struct forward {
 static int hand_over_pausing(void *ctx, const struct chime__timer *t)
 {
     struct forward *f = ctx;
-    pthread_mutex_lock(&pause_at_k.lock);
-    if (pause_at_k.armed && t->key_len == 1 && memcmp(t->key, "K", 1) == 0) {
-        pause_at_k.armed = 0;
-        pause_at_k.reached = 1;
-        pthread_cond_broadcast(&pause_at_k.cond);
-        while (!pause_at_k.go)
-            pthread_cond_wait(&pause_at_k.cond, &pause_at_k.lock);
-    }
-    pthread_mutex_unlock(&pause_at_k.lock);
+    if (t->key_len == 1 && memcmp(t->key, "K", 1) == 0)
+        hold_here(&gate.k_armed, &gate.k_reached, &gate.k_go);
     return f->fn(f->ctx, t);
 }
 
@@ -80,15 +109,12 @@ static void a_load_does_not_bring_back_a_version_replaced_and_acknowledged_while
         int n = snprintf(key, sizeof key, "x%d", i);
         CHECK_EQ(chime_store_put(s, key, (size_t)n, "x", 1, loaded + SEC + (uint64_t)i), 0);
     }
-    pthread_mutex_lock(&pause_at_k.lock);
-    pause_at_k.armed = 1;
-    pause_at_k.reached = pause_at_k.go = 0;
-    pthread_mutex_unlock(&pause_at_k.lock);
+    pthread_mutex_lock(&gate.lock);
+    gate.k_reached = gate.k_go = 0;
+    pthread_mutex_unlock(&gate.lock);
+    gate_set(&gate.k_armed, 1);
     fake_step(s, (int64_t)(20 * SEC)); /* the keeper loads the next granule: K "old" and Z */
-    pthread_mutex_lock(&pause_at_k.lock);
-    while (!pause_at_k.reached)
-        pthread_cond_wait(&pause_at_k.cond, &pause_at_k.lock);
-    pthread_mutex_unlock(&pause_at_k.lock);
+    gate_wait(&gate.k_reached, 1);
     for (int i = 0; i < 300; i++) { /* tombs enough to grow their table a few times */
         int n = snprintf(key, sizeof key, "x%d", i);
         CHECK_EQ(chime_store_cancel(s, key, (size_t)n), 0);
@@ -97,10 +123,7 @@ static void a_load_does_not_bring_back_a_version_replaced_and_acknowledged_while
     CHECK_EQ(chime_store_put(s, "K", 1, "new", 3, fake_wall()), 0);
     recorder_wait_key(&rec, "K", 1, NULL);
     store_wait_handlers(s);
-    pthread_mutex_lock(&pause_at_k.lock);
-    pause_at_k.go = 1;
-    pthread_cond_broadcast(&pause_at_k.cond);
-    pthread_mutex_unlock(&pause_at_k.lock);
+    gate_set(&gate.k_go, 1);
     chime__store_settle(s); /* the load has installed what it read, but for K */
     struct chime_store_stats st;
     chime_store_stats(s, &st);
@@ -124,13 +147,6 @@ static void a_load_does_not_bring_back_a_version_replaced_and_acknowledged_while
     chime__index_set_defaults(0, 0, 0);
 }
 
-/* Loads held at their start, one at a time, and a put held as it files a tomb (the second test). */
-static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int armed, loads_reached, loads_let, tomb_armed, tomb_reached, tomb_go;
-} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0 };
-
 static int load_gated(struct chime__backend *b, uint64_t from, uint64_t until, chime__timer_fn *fn,
                       void *ctx)
 {
@@ -147,32 +163,7 @@ static int load_gated(struct chime__backend *b, uint64_t from, uint64_t until, c
 
 static void tomb_gated(void)
 {
-    pthread_mutex_lock(&gate.lock);
-    if (gate.tomb_armed) {
-        gate.tomb_armed = 0;
-        gate.tomb_reached = 1;
-        pthread_cond_broadcast(&gate.cond);
-        while (!gate.tomb_go)
-            pthread_cond_wait(&gate.cond, &gate.lock);
-    }
-    pthread_mutex_unlock(&gate.lock);
-}
-
-/* Until `*field` is at least n (under gate.lock). */
-static void gate_wait(const int *field, int n)
-{
-    pthread_mutex_lock(&gate.lock);
-    while (*field < n)
-        pthread_cond_wait(&gate.cond, &gate.lock);
-    pthread_mutex_unlock(&gate.lock);
-}
-
-static void gate_set(int *field, int value)
-{
-    pthread_mutex_lock(&gate.lock);
-    *field = value;
-    pthread_cond_broadcast(&gate.cond);
-    pthread_mutex_unlock(&gate.lock);
+    hold_here(&gate.tomb_armed, &gate.tomb_reached, &gate.tomb_go);
 }
 
 struct late_put {
