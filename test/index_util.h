@@ -57,11 +57,7 @@ static inline chime_store *open_far(const char *path)
 
 static inline int is_index_file(int fd)
 {
-    char link[64], target[512];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, target, sizeof target - 1);
-    target[n > 0 ? n : 0] = 0;
-    return strstr(target, "(deleted)") && strstr(target, "/#");
+    return is_file(fd, "(deleted)") && is_file(fd, "/#");
 }
 
 /* Run the tests, then remove the directory index_open_in made, if any. */

@@ -83,7 +83,6 @@ static inline char *tmpdir_make_fast(const char *tag)
     return tmpdir_make(tag);
 }
 
-/* Remove a directory and the files in it (journals have no subdirectories). */
 /* Whether fd's path (in /proc) contains `part`: "/wal-" for the log's segments, "/run-" for
  * runs. */
 static inline int is_file(int fd, const char *part)
@@ -97,6 +96,20 @@ static inline int is_file(int fd, const char *part)
     return strstr(path, part) != NULL;
 }
 
+/* How many of this process's descriptors is(fd) accepts. */
+static inline int fds_where(int (*is)(int fd))
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL, "opendir /proc/self/fd");
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d))
+            n += is(atoi(e->d_name)) != 0;
+    closedir(d);
+    return n;
+}
+
+/* Remove a directory and the files in it (journals have no subdirectories). */
 static inline void tmpdir_remove(const char *path)
 {
     DIR *d = opendir(path);

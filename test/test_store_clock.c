@@ -12,8 +12,6 @@
  */
 #include "store_util.h"
 
-#include <dirent.h>
-
 #include "store/io.h"
 
 static char *dir;
@@ -345,21 +343,15 @@ static void a_held_timer_released_after_a_step_back_stays_cancellable(void)
     rec.reply = NULL;
 }
 
+static int is_timerfd(int fd)
+{
+    return is_file(fd, "anon_inode:[timerfd]");
+}
+
 /* The timerfds this process holds open. */
 static int timerfds(void)
 {
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    CHECK(d != NULL, "opendir /proc/self/fd");
-    for (struct dirent *e; (e = readdir(d));) {
-        char link[300], target[64];
-        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
-        ssize_t len = readlink(link, target, sizeof target - 1);
-        target[len > 0 ? len : 0] = 0;
-        n += strcmp(target, "anon_inode:[timerfd]") == 0;
-    }
-    closedir(d);
-    return n;
+    return fds_where(is_timerfd);
 }
 
 static int timerfds_at_first_load = -1;

@@ -10,8 +10,6 @@
  */
 #include "index_util.h"
 
-#include <dirent.h>
-
 #define diag(...) (printf("# "), printf(__VA_ARGS__), printf("\n"), fflush(stdout))
 
 static char *dir;
@@ -19,14 +17,7 @@ static char *dir;
 /* The index's unnamed files this process holds open. */
 static int index_files(void)
 {
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    CHECK(d != NULL, "opendir /proc/self/fd");
-    for (struct dirent *e; (e = readdir(d));)
-        if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d))
-            n += is_index_file(atoi(e->d_name));
-    closedir(d);
-    return n;
+    return fds_where(is_index_file);
 }
 
 static void set(struct chime__index *ix, int i, uint64_t version)
