@@ -153,12 +153,26 @@ void BM_runtime_schedule(benchmark::State &st) {
 
 // ---- the clock ----
 
+// One store to a random 8-byte word of a 128 MiB array per step, `steps` times, with a vDSO clock
+// read before each store or without; ns per step. A schedule writes a record it has not touched in
+// a while, then reads the clock in the next one: a clock read ordered after earlier loads and
+// stores (the vDSO's fenced TSC read) waits for such a store's cache miss, which a loop of reads
+// alone never shows.
+double cold_steps(std::vector<uint64_t> &a, size_t steps, bool clock) {
+  uint64_t r = 0x9e3779b97f4a7c15u, t0 = mono_ns();
+  const size_t mask = a.size() - 1;
+  for (size_t i = 0; i < steps; i++) a[xorshift(r) & mask] = clock ? mono_ns() : i;
+  return double(mono_ns() - t0) / double(steps);
+}
+
 // What the producer's clock costs: a vDSO read of CLOCK_MONOTONIC (what chime_timer_schedule read
 // before, and what it still reads where the kernel's clocksource is not the TSC) and a bare TSC read
-// (what it reads now, docs/design.md "The clock"), each in a loop on one thread, ns per read. The
-// difference between BM_runtime_schedule's two forms is the clock as the runtime pays for it.
+// (what it reads now, docs/design.md "The clock"), each in a loop on one thread, ns per read; and a
+// vDSO read between stores to cold lines, over the same stores alone. The difference between
+// BM_runtime_schedule's two forms is the clock as the runtime pays for it.
 void BM_runtime_clock(benchmark::State &st) {
   const size_t reads = quick() ? 1000000 : 10000000;
+  std::vector<uint64_t> cold(size_t(16) << 20, 1);  // 128 MiB, touched: no page fault in the loops
   for (auto _ : st) {
     uint64_t sink = 0, t0 = mono_ns();
     for (size_t i = 0; i < reads; i++) sink += mono_ns();
@@ -173,6 +187,10 @@ void BM_runtime_clock(benchmark::State &st) {
 #if defined(__x86_64__)
     note(st, "clock_tsc_ns", "clock: one TSC read, unfenced (ns)", double(t2 - t1) / double(reads));
 #endif
+    double bare = cold_steps(cold, reads / 4, false), timed = cold_steps(cold, reads / 4, true);
+    note(st, "clock_after_cold_store_ns",
+         "clock: one CLOCK_MONOTONIC read between stores to cold lines, over the stores alone (ns)",
+         timed - bare);
   }
 }
 
