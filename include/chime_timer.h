@@ -71,7 +71,9 @@ struct chime_stats {
     uint64_t unfired;     /* ended by stop without firing (on_unfired was called for each) */
     /* Per callback */
     uint64_t runs;        /* callbacks started, periodic firings included */
-    uint64_t late_max_ns; /* the latest a callback has started after its deadline */
+    uint64_t late_max_ns; /* the latest a callback has started after its deadline (after the tick it
+                             fired at, for a periodic run and for a schedule whose delay was queued:
+                             chime_timer_schedule) */
     uint64_t late_hist[CHIME_LATENESS_BUCKETS];
 };
 
@@ -88,16 +90,23 @@ struct chime_stats {
 CHIME_API int chime_timer_new(chime_timer **out, const struct chime_timer_config *cfg);
 
 /*
- * Schedule fn(arg) to run once, delay_ns from now (CLOCK_MONOTONIC), rounded up to a tick. "Now" is
- * never earlier than CLOCK_MONOTONIC at the call (so the timer never fires early) and at most a few
- * microseconds later: where the kernel's clock is the TSC, it is read from the TSC, a real clock read
- * being made once every few microseconds per thread (docs/design.md, "The clock").
+ * Schedule fn(arg) to run once, delay_ns from now (CLOCK_MONOTONIC), rounded up to a tick. "Now"
+ * is never earlier than CLOCK_MONOTONIC at the call (so the timer never fires early). Where the
+ * kernel's clock is the TSC, it is read from the TSC, a real clock read being made once every few
+ * microseconds per thread, and is at most a few microseconds late. Elsewhere a clock read costs
+ * more than the rest of the call, so while the advancing thread is running (and not running
+ * callbacks itself) the delay is queued and that thread reads the clock once it has taken the
+ * timer in: "now" is then late by the time the timer waited in the queue, the thread's work before
+ * it next takes timers in, callbacks excluded (in two races, a batch of callbacks on that thread or
+ * its wake-up); otherwise the caller reads the clock (docs/design.md, "The clock"). So two equal
+ * delays from one thread, the first queued and the second not, can fire in the reverse order.
  * @id: receives the id before the timer can fire (so fn may read it); may be NULL.
  * Return: 0; -EINVAL if t or fn is NULL; -ERANGE if now + delay_ns passes UINT64_MAX; -EAGAIN if
  *         max_pending timers are pending; -ESHUTDOWN once stop has begun; -ENOMEM.
- * Complexity: O(1): a TSC read, a pop from a per-thread-shard free stack, one atomic exchange on the
- *             queue; a system call only to wake the advancing thread when this timer is due before
- *             the time it sleeps until, or when the shard's free records run out.
+ * Complexity: O(1): a TSC read (or a clock read, or none), a pop from a per-thread-shard free
+ *             stack, one atomic exchange on the queue; a system call only to wake the advancing
+ *             thread when this timer is due before the time it sleeps until (a queued delay: when
+ *             it has just gone to sleep), or when the shard's free records run out.
  * Thread safety: any thread, including callbacks; lock-free (but when the pool must grow, which
  *                takes a mutex shared by growing producers only).
  */

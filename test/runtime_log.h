@@ -60,6 +60,16 @@ static inline void expect_stats(chime_timer *t, uint64_t scheduled, uint64_t fir
     CHECK_EQ(st.pending, scheduled - fired - cancelled - unfired);
 }
 
+/* The logged timers that have fired are `before` until the clock reaches at - 1, and one more at
+ * `at` (the injected clock, moved by set_time). */
+static inline void expect_next_fires_at(chime_timer *t, uint64_t at, size_t before)
+{
+    set_time(t, at - 1);
+    CHECK_EQ(atomic_load(&log_n), before);
+    set_time(t, at);
+    CHECK_EQ(atomic_load(&log_n), before + 1);
+}
+
 static inline void noop(void *arg)
 {
     (void)arg;

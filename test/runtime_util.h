@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "chime.h"
 #include "runtime/runtime.h"
@@ -19,6 +20,14 @@ static inline uint64_t fake_clock(void *arg)
 {
     (void)arg;
     return atomic_load_explicit(&fake_now, memory_order_relaxed);
+}
+
+/* CLOCK_MONOTONIC in ns, as the runtime's real clock reads it (for the tests on that clock). */
+static inline uint64_t monotonic(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* A runtime on the injected clock, which reads `now`. */

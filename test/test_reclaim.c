@@ -35,7 +35,7 @@ static void producer_takes(unsigned s)
     uint64_t st;
     int got = chime__records_take(&r, s, &idx, &st);
     CHECK(got == 0 || got == 1, "take: %d", got);
-    chime__state_taken(&chime__records_at(&r, idx)->state, st, s, false);
+    chime__state_taken(&chime__records_at(&r, idx)->state, st, s, false, false);
     CHECK((size_t)nheld < sizeof held / sizeof held[0], "too many taken");
     held[nheld++] = idx;
 }
@@ -97,7 +97,7 @@ static void a_sweep_puts_back_its_stack_when_producers_empty_it_under_its_hands(
         uint64_t st;
         int got = chime__records_take(&r, 0, &x, &st);
         CHECK(got == 0 || got == 1, "take: %d", got);
-        chime__state_taken(&chime__records_at(&r, x)->state, st, 0, false);
+        chime__state_taken(&chime__records_at(&r, x)->state, st, 0, false, false);
         known(x);
         idx[i] = x;
     }

@@ -36,7 +36,7 @@ static uint32_t take_live(unsigned s, chime_id *id)
     CHECK(got == 0 || got == 1, "take: %d", got);
     CHECK_EQ(chime__life(free_state), CHIME__LIFE_FREE);
     CHECK(chime__gen(free_state) != 0, "a record handed out with generation 0");
-    chime__state_taken(&chime__records_at(&r, idx)->state, free_state, s, false);
+    chime__state_taken(&chime__records_at(&r, idx)->state, free_state, s, false, false);
     chime__records_known(&r, idx);
     if (id)
         *id = chime__records_id(free_state, idx);
@@ -281,7 +281,7 @@ static void *producer(void *arg)
         int got = chime__records_take(&r, s, &idx, &st);
         CHECK(got == 0 || got == 1, "take: %d", got);
         CHECK(chime__life(st) == CHIME__LIFE_FREE, "took a record that is not free");
-        chime__state_taken(&chime__records_at(&r, idx)->state, st, s, false);
+        chime__state_taken(&chime__records_at(&r, idx)->state, st, s, false, false);
         /* release: the consumer below reads the state word the take wrote (as the queue would). */
         uint32_t at = atomic_fetch_add_explicit(&handed_n, 1, memory_order_relaxed);
         atomic_store_explicit(&handed[at], idx + 1, memory_order_release);

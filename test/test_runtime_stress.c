@@ -8,6 +8,9 @@
  *
  * Rounds: with 0 and with 2 workers, stopping after the producers are done (NOW) or while they are
  * still at work (NOW and DRAIN); then two loops that once hung a draining stop (found in review).
+ * The two rounds that stop while the producers run schedule relative to the advancing thread's
+ * clock (lib/runtime/producer.c, RELATIVE SCHEDULES; chime__timer_relative_test): the first always,
+ * the second as machines without a TSC clock do; the others as this machine's clock decides.
  *
  * Randomised: the seed is printed; CHIME_SEED reruns it (thread interleavings differ from run to run,
  * the operation sequence of each thread does not). CHIME_STRESS_MS sets how long each round runs
@@ -238,12 +241,16 @@ static void two_workers_stop_now_after_the_producers(void)
 
 static void no_workers_stop_now_while_the_producers_run(void)
 {
+    chime__timer_relative_test = 2;
     round_with(0, CHIME_STOP_NOW, true);
+    chime__timer_relative_test = 0;
 }
 
 static void two_workers_stop_drain_while_the_producers_run(void)
 {
+    chime__timer_relative_test = 1;
     round_with(2, CHIME_STOP_DRAIN, true);
+    chime__timer_relative_test = 0;
 }
 
 static volatile unsigned spin_sink;

@@ -32,6 +32,7 @@
 #define P CHIME__ST_P
 #define E CHIME__ST_E
 #define PER CHIME__ST_PERIODIC
+#define D CHIME__ST_D
 #define LIFE(s, l) (((s) & ~CHIME__ST_LIFE) | (l))
 
 static _Atomic uint64_t word;
@@ -57,10 +58,12 @@ static void fresh_makes_a_free_record_no_id_of_another_generation_matches(void)
 
 static void taken_makes_a_free_record_pending_queued_and_placeable(void)
 {
-    chime__state_taken(&word, chime__state_free(GEN, 5), 2, false);
+    chime__state_taken(&word, chime__state_free(GEN, 5), 2, false, false);
     EXPECT_WORD(chime__state_free(GEN, 2) | CHIME__LIFE_PENDING | Q | R);
-    chime__state_taken(&word, chime__state_free(GEN, 5), 1, true);
+    chime__state_taken(&word, chime__state_free(GEN, 5), 1, true, false);
     EXPECT_WORD(chime__state_free(GEN, 1) | CHIME__LIFE_PENDING | Q | R | PER);
+    chime__state_taken(&word, chime__state_free(GEN, 5), 1, false, true); /* a delay */
+    EXPECT_WORD(chime__state_free(GEN, 1) | CHIME__LIFE_PENDING | Q | R | D);
 }
 
 static void cancel_wins_only_over_a_pending_timer_of_its_generation(void)
@@ -97,6 +100,9 @@ static void reschedule_takes_the_write_bit_or_loses_to_its_holder(void)
     EXPECT_WORD(PENDING | KNOWN | RUN | PER | R | Q);
     CHECK_EQ(chime__state_reschedule_begin(&word, GEN), CHIME__RESCHED_WRITE); /* queued already */
     CHECK(!chime__state_reschedule_end(&word), "pushed while still queued");
+    set(PENDING | KNOWN | D); /* a relative schedule's delay gives way to the absolute deadline */
+    CHECK_EQ(chime__state_reschedule_begin(&word, GEN), CHIME__RESCHED_PUSH);
+    EXPECT_WORD(PENDING | KNOWN | W | R | Q);
     set(LIFE(PENDING, CHIME__LIFE_CANCELLED) | Q);
     CHECK_EQ(chime__state_reschedule_begin(&word, GEN), -ENOENT);
     set(PENDING);

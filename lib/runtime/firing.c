@@ -14,6 +14,12 @@
 #include "alloc.h"
 #include "runtime/timer.h"
 
+#define POP_BATCH 64 /* records a drain pops before it applies them */
+/* chime__timer_drain_queued's bound: as thread.c's DRAIN_BATCH, about 0.1 ms of records, so that
+ * a storm of schedules delays a due callback by little more than before. Beyond it (a backlog) due
+ * callbacks come first, and a delay queued in it may wait for a batch of them. */
+#define DRAIN_QUEUED_MAX 1024
+
 static struct chime__rec *rec_of(chime_timer *t, uint32_t idx)
 {
     return chime__records_at(&t->recs, idx);
@@ -54,14 +60,35 @@ void chime__timer_end_unfired(chime_timer *t, uint32_t idx, uint64_t old_state)
         give_back(t, idx); /* queued, or a writer will push it: apply() gives it back when popped */
 }
 
-/* Put record idx in the levels at its requested deadline, rounded up to a tick (never early), or
- * move it there if it is in them already. */
-static void place(chime_timer *t, uint32_t idx)
+/* The clock as a drain reads it for relative schedules: once per batch of popped records, after the
+ * last pop, so that it is at least the time of every push in the batch (producer.c). */
+struct drain_clock {
+    uint64_t ns;
+    bool read;
+};
+
+/* Put record idx, whose state apply found as s, in the levels at its requested deadline, rounded up
+ * to a tick (never early), or move it there if it is in them already. With D the deadline is the
+ * batch's clock plus the delay deadline_ns holds (producer.c, RELATIVE SCHEDULES); with D and KNOWN
+ * the record comes back from a placing that ran out of memory, and keeps the tick it was given then
+ * (rec->deadline, the thread's own while the record is out of the levels): counting the delay again
+ * from a later clock would make it late (found in review). */
+static void place(chime_timer *t, uint32_t idx, uint64_t s, struct drain_clock *c)
 {
     struct chime__rec *rec = rec_of(t, idx);
     /* relaxed: apply's acquire saw R after the write was published (by the push, or by
      * reschedule_end), and nobody writes it again before R is set anew. */
-    uint64_t tick = chime__timer_ticks(t, atomic_load_explicit(&rec->deadline_ns, memory_order_relaxed));
+    uint64_t ns = atomic_load_explicit(&rec->deadline_ns, memory_order_relaxed), tick;
+    if ((s & CHIME__ST_D) && (s & CHIME__ST_KNOWN)) {
+        tick = rec->deadline;
+    } else if (s & CHIME__ST_D) {
+        if (!c->read)
+            *c = (struct drain_clock){ chime__timer_now(t), true };
+        ns = c->ns > UINT64_MAX - ns ? UINT64_MAX : c->ns + ns; /* never wraps: ns <= DELAY_MAX */
+        tick = chime__timer_ticks(t, ns);
+    } else {
+        tick = chime__timer_ticks(t, ns);
+    }
     int err;
     if (rec->pos != CHIME__REC_UNPLACED) {
         err = chime__levels_move(&t->L, idx, tick);
@@ -77,8 +104,8 @@ static void place(chime_timer *t, uint32_t idx)
         chime__mpsc_push(&t->queue, idx);
 }
 
-/* Apply a record popped from the queue. */
-static void apply(chime_timer *t, uint32_t idx)
+/* Apply a record popped from the queue before the drain clock c would be read. */
+static void apply(chime_timer *t, uint32_t idx, struct drain_clock *c)
 {
     struct chime__rec *rec = rec_of(t, idx);
     uint64_t s;
@@ -108,28 +135,61 @@ static void apply(chime_timer *t, uint32_t idx)
             return;
         }
         if (s & CHIME__ST_R)
-            place(t, idx);
+            place(t, idx, s, c);
         return;
     default:
         return; /* FREE: never queued */
     }
 }
 
-bool chime__timer_drain(chime_timer *t, size_t limit)
+/* Apply up to limit queued records, or until record `last` (CHIME__MPSC_NIL: none) was popped.
+ * Return: true if it stopped at the limit or at `last`. */
+static bool drain(chime_timer *t, size_t limit, uint32_t last)
 {
-    for (size_t i = 0; i < limit; i++) {
-        uint32_t idx = chime__mpsc_pop(&t->queue);
-        if (idx == CHIME__MPSC_NIL)
+    uint32_t popped[POP_BATCH];
+    for (size_t done = 0; done < limit;) {
+        size_t want = limit - done < POP_BATCH ? limit - done : POP_BATCH, n = 0;
+        bool reached = false;
+        while (n < want && !reached) {
+            uint32_t idx = chime__mpsc_pop(&t->queue);
+            if (idx == CHIME__MPSC_NIL)
+                break;
+            popped[n++] = idx;
+            reached = idx == last;
+            /* Ask for the next record now, so that its miss overlaps this pop's work: with many
+             * records the pop's read of its link is the drain's largest cost (docs/perf.md). A read
+             * prefetch: one for writing measured no better, and can take the line from a producer
+             * still linking it. */
+            uint32_t next = chime__mpsc_peek(&t->queue);
+            if (next != CHIME__MPSC_STUB)
+                __builtin_prefetch(rec_of(t, next), 0);
+        }
+        /* Applied in the order popped (equal deadlines fire in it), after the last pop: a relative
+         * schedule's clock is read no sooner than that (drain_clock). */
+        struct drain_clock c = { 0, false };
+        for (size_t i = 0; i < n; i++)
+            apply(t, popped[i], &c);
+        done += n;
+        if (reached)
+            return true;
+        if (n < want)
             return false;
-        /* Ask for the next record now, so that its miss overlaps this apply: with many records the
-         * pop's read of its link is the drain's largest cost (docs/perf.md). A read prefetch: one
-         * for writing measured no better, and can take the line from a producer still linking it. */
-        uint32_t next = chime__mpsc_peek(&t->queue);
-        if (next != CHIME__MPSC_STUB)
-            __builtin_prefetch(rec_of(t, next), 0);
-        apply(t, idx);
     }
     return true;
+}
+
+bool chime__timer_drain(chime_timer *t, size_t limit)
+{
+    return drain(t, limit, CHIME__MPSC_NIL);
+}
+
+void chime__timer_drain_queued(chime_timer *t)
+{
+    /* seq_cst: the thread's load in the handshake of wake.h's `ready`, after its store of 0. */
+    uint32_t last = chime__mpsc_newest(&t->queue);
+    /* STUB: the stub went back behind the newest node, maybe with nodes still before it */
+    if (last != CHIME__MPSC_STUB || !chime__mpsc_empty(&t->queue))
+        drain(t, DRAIN_QUEUED_MAX, last == CHIME__MPSC_STUB ? CHIME__MPSC_NIL : last);
 }
 
 void (*chime__timer_finish_run_hook)(void);
@@ -265,8 +325,13 @@ int chime__timer_fire(void *ctx, uint32_t idx)
     if (armed) {
         it.deadline_ns = t->L.now * t->tick_ns; /* the boundary being fired */
     } else {
-        /* relaxed: the firing CAS won, so no reschedule writes it any more; read via apply's acquire. */
+        /* relaxed: the firing CAS won, so no reschedule writes it any more; read via apply's
+         * acquire. A relative schedule's (D) holds its delay: its deadline is the tick it was
+         * placed at (its lateness then counts from there, the thread's own included). */
         it.deadline_ns = atomic_load_explicit(&rec->deadline_ns, memory_order_relaxed);
+        if (atomic_load_explicit(&rec->state, memory_order_relaxed) & CHIME__ST_D)
+            it.deadline_ns = rec->deadline > UINT64_MAX / t->tick_ns ? UINT64_MAX
+                                                                      : rec->deadline * t->tick_ns;
         give_back(t, idx); /* no Q (no R, no E): nobody will push it; its ids die now */
     }
     dispatch(t, &it);

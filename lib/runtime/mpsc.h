@@ -157,6 +157,16 @@ static inline uint32_t chime__mpsc_peek(const struct chime__mpsc *q)
 }
 
 /*
+ * The node pushed last (CHIME__MPSC_STUB: none since the consumer put the stub back, which it
+ * does behind the last node it pops, or behind one a producer pushed at that moment: then nodes
+ * may still be queued). Consumer only. seq_cst: a handshake's load, as in chime__mpsc_empty.
+ */
+static inline uint32_t chime__mpsc_newest(struct chime__mpsc *q)
+{
+    return atomic_load_explicit(&q->head, memory_order_seq_cst);
+}
+
+/*
  * True if nothing is queued: no node to pop and no push in progress. seq_cst: the other half of the
  * sleep handshake described in chime__mpsc_push.
  */

@@ -3,6 +3,27 @@
  * The threaded runtime's producer side: schedule, cancel and reschedule, callable from any thread.
  * Each takes no lock and makes no system call in the common case; the protocol is state.h's, and
  * these functions call its transitions by name.
+ *
+ * RELATIVE SCHEDULES. chime_timer_schedule needs an upper bound of the time at the call (clock.h).
+ * Where the TSC gives one, the producer computes the deadline itself. Elsewhere (t->relative: the
+ * kernel's clock is not the TSC) a clock read is a vDSO call ordered after the producer's own
+ * earlier loads and stores: 60 to 140 ns on a kvm-clock VM, three times the rest of a schedule
+ * (docs/perf.md). So while the advancing thread is ready (running, and taking in what is queued
+ * before it runs any callback itself: wake.h), the producer queues the delay (D, state.h) and the
+ * thread gives the timer its deadline when it takes the record in: the clock it reads after popping
+ * the record, plus the delay (firing.c, chime__timer_drain). That reading comes after the push,
+ * which comes after the call began: the timer still never fires early. It is later than the
+ * producer's own reading would have been by the time the record waited in the queue: the thread's
+ * work before its next drain, callbacks excluded, but for two races the push cannot undo (a
+ * reschedule is the only writer of a queued deadline, state.h, and a settling producer that wrote
+ * one too was found in review to undo a reschedule that had returned 0):
+ *   - the thread began to sleep just before the push: the push wakes it (chime__timer_push, when
+ *     0), and the record waits for the thread's wake-up;
+ *   - it began a batch of callbacks of its own (no workers) after taking in what was queued when it
+ *     said it was no longer ready, and the push came after that: the record waits for the batch.
+ * A thread that is not ready when the producer looks gets a deadline from the producer's clock, as
+ * before: asleep, it would take the record in only when it wakes, and waking it costs far more
+ * than the read.
  */
 #include <errno.h>
 
@@ -21,10 +42,19 @@ static unsigned my_shard(void)
     return tls_shard - 1;
 }
 
+/* Whether chime_timer_schedule(t, delay_ns) queues the delay, not a deadline (see the top). */
+static bool relative(const chime_timer *t, uint64_t delay_ns)
+{
+    if (!t->relative || delay_ns > CHIME__DELAY_MAX)
+        return false;
+    /* relaxed: a hint (see the top: a stale value costs lateness, never earliness). */
+    return t->relative > 1 || atomic_load_explicit(&t->sleeper.ready, memory_order_relaxed);
+}
+
 /* Take a record, fill it in, queue it. The producer's whole path: no lock, no system call unless the
- * advancing thread must be woken. */
+ * advancing thread must be woken. With `delay`, deadline_ns is a delay (see the top). */
 static int submit(chime_timer *t, uint64_t deadline_ns, uint64_t period_ns, chime_fn *fn, void *arg,
-                  chime_id *id)
+                  chime_id *id, bool delay)
 {
     /* relaxed: a fast refusal only; the closed pool is what guarantees no timer slips past stop. */
     if (atomic_load_explicit(&t->mode, memory_order_relaxed) != CHIME__MODE_RUNNING)
@@ -51,10 +81,11 @@ static int submit(chime_timer *t, uint64_t deadline_ns, uint64_t period_ns, chim
         *chime__records_period(&t->recs, idx) = period_ns;
     /* relaxed: published by the push (release), which the advancing thread pops (acquire). */
     atomic_store_explicit(&rec->deadline_ns, deadline_ns, memory_order_relaxed);
-    chime__state_taken(&rec->state, free_state, shard, period_ns != 0);
+    chime__state_taken(&rec->state, free_state, shard, period_ns != 0, delay);
     if (id)
         *id = chime__records_id(free_state, idx); /* before the push: the callback may read it */
-    chime__timer_push(t, idx, got > 0 ? 0 : deadline_ns); /* got > 0: the shard ran dry; get records back */
+    /* got > 0: the shard ran dry; get records back. A delay: wake the thread if it sleeps. */
+    chime__timer_push(t, idx, got > 0 || delay ? 0 : deadline_ns);
     return 0;
 }
 
@@ -71,9 +102,11 @@ int chime_timer_schedule(chime_timer *t, uint64_t delay_ns, chime_fn *fn, void *
 {
     if (!t || !fn)
         return -EINVAL;
+    if (relative(t, delay_ns))
+        return submit(t, delay_ns, 0, fn, arg, id, true);
     uint64_t deadline;
     int err = deadline_after(t, delay_ns, &deadline);
-    return err ? err : submit(t, deadline, 0, fn, arg, id);
+    return err ? err : submit(t, deadline, 0, fn, arg, id, false);
 }
 
 int chime_timer_schedule_at(chime_timer *t, uint64_t deadline_ns, chime_fn *fn, void *arg,
@@ -81,7 +114,7 @@ int chime_timer_schedule_at(chime_timer *t, uint64_t deadline_ns, chime_fn *fn, 
 {
     if (!t || !fn)
         return -EINVAL;
-    return submit(t, deadline_ns, 0, fn, arg, id);
+    return submit(t, deadline_ns, 0, fn, arg, id, false);
 }
 
 int chime_timer_schedule_every(chime_timer *t, uint64_t first_delay_ns, uint64_t period_ns,
@@ -91,7 +124,7 @@ int chime_timer_schedule_every(chime_timer *t, uint64_t first_delay_ns, uint64_t
         return -EINVAL;
     uint64_t deadline;
     int err = deadline_after(t, first_delay_ns, &deadline);
-    return err ? err : submit(t, deadline, period_ns, fn, arg, id);
+    return err ? err : submit(t, deadline, period_ns, fn, arg, id, false);
 }
 
 int chime_timer_cancel(chime_timer *t, chime_id id)

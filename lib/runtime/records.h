@@ -82,7 +82,8 @@ struct chime__rec {
     uint32_t pos;                 /* the levels' position word, or CHIME__REC_UNPLACED */
     _Atomic uint32_t link;        /* next on the queue, a free stack, or a private list */
     _Atomic uint64_t state;       /* state.h */
-    _Atomic uint64_t deadline_ns; /* the requested deadline: the producer's, then a reschedule's */
+    _Atomic uint64_t deadline_ns; /* the requested deadline: the producer's (or its delay: D,
+                                     state.h), then a reschedule's */
 };
 _Static_assert(offsetof(struct chime__rec, deadline) == CHIME__NODE_DEADLINE_AT &&
                offsetof(struct chime__rec, pos) == CHIME__NODE_POS_AT,

@@ -11,6 +11,8 @@
 #include "runtime/timer.h"
 #include "wheel/wheel.h"
 
+int chime__timer_relative_test;
+
 #define DEFAULT_TICK_NS UINT64_C(1000000)
 
 /* cfg's tick (the default for 0) and the wheel's config it asks for. Return: 0; -EINVAL. */
@@ -56,6 +58,9 @@ int chime__timer_new_clocked(chime_timer **out, const struct chime_timer_config 
     t->clock = clock ? clock : chime__clock_monotonic;
     t->clock_arg = clock_arg;
     t->real_clock = !clock;
+    /* Without a TSC to trust, a clock read costs a schedule most of its time (producer.c). */
+    t->relative = chime__timer_relative_test ? (uint8_t)chime__timer_relative_test
+                                             : !clock && !chime__clock_tsc();
     chime__sleeper_init(&t->sleeper);
     atomic_init(&t->mode, CHIME__MODE_RUNNING);
     atomic_init(&t->sync_req, 0);

@@ -40,6 +40,12 @@ void chime__timer_poke(chime_timer *t);
  * brings the record back to the advancing thread. Set it before any runtime starts. */
 extern void (*chime__timer_finish_run_hook)(void);
 
+/* Tests only: how every runtime created after it is set treats chime_timer_schedule's delays
+ * (lib/runtime/producer.c, RELATIVE SCHEDULES), whatever its clock: 0 as its clock decides; 1 as
+ * without a TSC (queued while the thread is ready, else a deadline from the caller's clock); 2
+ * always queued, so that every deadline is one the thread gives. */
+extern int chime__timer_relative_test;
+
 /* Records the runtime holds memory for. Exact after chime__timer_sync. */
 size_t chime__timer_memory(const chime_timer *t);
 

@@ -20,6 +20,11 @@
  *                           it, and the run starts only if it can clear P itself
  *     bit   8     E         a draining stop ends this periodic timer once its run is over
  *     bit   9     PERIODIC  set at schedule, constant while the record is taken
+ *     bit  10     D         deadline_ns holds a delay, not a deadline: the deadline is the clock
+ *                           the advancing thread reads after it pops the record, plus that delay
+ *                           (producer.c, RELATIVE SCHEDULES); set at schedule, cleared by a
+ *                           reschedule. Applied again with D and KNOWN (a placing that ran out of
+ *                           memory), the record keeps the tick it was given (firing.c, place)
  *     bits 12-15  shard     the free stack the record goes back to (records.h)
  *     bits 32-63  generation, the high half of the timer's id; bumped when the record is given back
  *
@@ -29,9 +34,9 @@
  *
  *     transition        who          from                        to
  *     fresh             grower       (new memory)                FREE, above the chunk's generations
- *     taken             producer     FREE                        PENDING +Q +R (+PERIODIC); push
+ *     taken             producer     FREE                        PENDING +Q +R (+PERIODIC/D); push
  *     cancel            producer     PENDING                     CANCELLED +Q -P; push unless Q was set
- *     reschedule_begin  producer     PENDING, no W               +W +R +Q -P; write deadline_ns
+ *     reschedule_begin  producer     PENDING, no W               +W +R +Q -P -D; write deadline_ns
  *     reschedule_end    producer     W                           -W +Q; push if Q was set at begin and
  *                                                               apply has cleared it since
  *     apply             advancing    popped, no W                -Q -R +KNOWN; then place, move or give back
@@ -96,6 +101,7 @@
 #define CHIME__ST_P (UINT64_C(1) << 7)
 #define CHIME__ST_E (UINT64_C(1) << 8)
 #define CHIME__ST_PERIODIC (UINT64_C(1) << 9)
+#define CHIME__ST_D (UINT64_C(1) << 10)
 #define CHIME__ST_SHARD_SHIFT 12
 #define CHIME__ST_SHARDS 16u /* the shard field's range */
 #define CHIME__ST_SHARD (UINT64_C(15) << CHIME__ST_SHARD_SHIFT)
@@ -127,15 +133,15 @@ static inline void chime__state_fresh(_Atomic uint64_t *st, uint32_t gen, unsign
 
 /*
  * taken: a producer on `shard` has taken the free record whose state it read as `free_state` (its own
- * since the free stack's pop) and filled it in; store it before the push. relaxed: the push publishes
- * it with the record's fields. A stale id's holder may read the word meanwhile and sees another
- * generation.
+ * since the free stack's pop) and filled it in, with a delay in deadline_ns if `relative`; store it
+ * before the push. relaxed: the push publishes it with the record's fields. A stale id's holder may
+ * read the word meanwhile and sees another generation.
  */
 static inline void chime__state_taken(_Atomic uint64_t *st, uint64_t free_state, unsigned shard,
-                                      bool periodic)
+                                      bool periodic, bool relative)
 {
     uint64_t s = chime__state_free(chime__gen(free_state), shard) | CHIME__LIFE_PENDING | CHIME__ST_Q |
-                 CHIME__ST_R | (periodic ? CHIME__ST_PERIODIC : 0);
+                 CHIME__ST_R | (periodic ? CHIME__ST_PERIODIC : 0) | (relative ? CHIME__ST_D : 0);
     atomic_store_explicit(st, s, memory_order_relaxed);
 }
 
@@ -160,10 +166,11 @@ static inline int chime__state_cancel(_Atomic uint64_t *st, uint32_t gen)
 enum chime__resched { CHIME__RESCHED_LOST = 0, CHIME__RESCHED_WRITE = 1, CHIME__RESCHED_PUSH = 2 };
 
 /*
- * reschedule_begin: PENDING without W -> +W +R +Q -P. Return: -ENOENT as cancel; LOST if another
- * reschedule holds W (this one is ordered just before it and writes nothing); WRITE if the caller now
- * holds W and must write deadline_ns, then call reschedule_end; PUSH as WRITE, and the caller pushes
- * the record after reschedule_end (Q was clear).
+ * reschedule_begin: PENDING without W -> +W +R +Q -P -D (the deadline it writes is absolute).
+ * Return: -ENOENT as cancel; LOST if another reschedule holds W (this one is ordered just before it
+ * and writes nothing); WRITE if the caller now holds W and must write deadline_ns, then call
+ * reschedule_end; PUSH as WRITE, and the caller pushes the record after reschedule_end (Q was
+ * clear).
  * acquire: the previous writer's deadline_ns store (released by its reschedule_end) happens before
  * ours, so the last reschedule's deadline is the one that stays.
  */
@@ -176,8 +183,8 @@ static inline int chime__state_reschedule_begin(_Atomic uint64_t *st, uint32_t g
         if (s & CHIME__ST_W)
             return CHIME__RESCHED_LOST;
     } while (!atomic_compare_exchange_weak_explicit(
-        st, &s, (s & ~CHIME__ST_P) | CHIME__ST_W | CHIME__ST_R | CHIME__ST_Q, memory_order_acquire,
-        memory_order_relaxed));
+        st, &s, (s & ~(CHIME__ST_P | CHIME__ST_D)) | CHIME__ST_W | CHIME__ST_R | CHIME__ST_Q,
+        memory_order_acquire, memory_order_relaxed));
     return s & CHIME__ST_Q ? CHIME__RESCHED_WRITE : CHIME__RESCHED_PUSH;
 }
 

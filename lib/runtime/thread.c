@@ -161,6 +161,13 @@ static void publish_sync(chime_timer *t, uint32_t sync)
     }
 }
 
+/* Whether the levels have something to do by tick: a timer due, or a cascade that may make one. */
+static bool due_by(const chime_timer *t, uint64_t tick)
+{
+    uint64_t next;
+    return chime__levels_next(&t->L, &next) == 0 && next <= tick;
+}
+
 /* When the next thing happens, in ns (UINT64_MAX: nothing pending). */
 static uint64_t next_wake(const chime_timer *t)
 {
@@ -212,10 +219,18 @@ void *chime__timer_main(void *arg)
                 break;
         }
         bool more = chime__timer_drain(t, DRAIN_BATCH);
-        uint64_t now = chime__timer_now(t);
+        uint64_t now = chime__timer_now(t), tick = chime__div(now, t->tick_ns, t->tick_inv);
+        if (!t->use_workers && due_by(t, tick)) {
+            /* Callbacks may run here: no delay may wait behind them (wake.h, `ready`), so take in
+             * what came since the drain once `ready` says 0. Only then: a store at every
+             * iteration took the line producers read at every schedule from them. */
+            chime__sleeper_set_ready(&t->sleeper, false);
+            chime__timer_drain_queued(t);
+        }
         bool done;
-        chime__levels_advance(&t->L, chime__div(now, t->tick_ns, t->tick_inv), FIRE_BATCH, &done);
+        chime__levels_advance(&t->L, tick, FIRE_BATCH, &done);
         chime__timer_hand_out(t);
+        chime__sleeper_set_ready(&t->sleeper, true);
         if (t->L.live > t->trim_peak)
             t->trim_peak = t->L.live;
         /* Demand, watermark, dry shards: once per iteration. A watermark that fell makes idle work

@@ -54,6 +54,8 @@ struct chime_timer {
     chime__clock_fn *clock;         /* CLOCK_MONOTONIC, or a test's */
     void *clock_arg;
     bool real_clock;
+    uint8_t relative;               /* schedule queues delays: 0 never, 1 while the thread is ready,
+                                       2 always (a test's; producer.c, RELATIVE SCHEDULES) */
 
     /* The max_pending count; touched only when max_pending is set. */
     _Alignas(64) _Atomic size_t limited;
@@ -76,6 +78,9 @@ struct chime_timer {
     pthread_mutex_t stop_lock;
     chime_fn *on_unfired;           /* set by stop before it publishes the mode */
 };
+
+/* The longest delay a producer queues as a delay (producer.c): the clock plus it never wraps. */
+#define CHIME__DELAY_MAX (UINT64_C(1) << 62)
 
 /* The runtime's clock: CLOCK_MONOTONIC (never ahead of it) unless a test injected one. */
 static inline uint64_t chime__timer_now(const chime_timer *t)
@@ -147,6 +152,10 @@ static inline void chime__timer_unlimit(chime_timer *t)
 int chime__timer_fire(void *ctx, uint32_t idx);
 /* Apply up to limit queued records. Return: true if it stopped at the limit (more may be queued). */
 bool chime__timer_drain(chime_timer *t, size_t limit);
+/* Apply the records queued before the call (up to 1024 of them, and not past a push half done:
+ * mpsc.h): the advancing thread's half of the handshake of `ready` (wake.h), before it runs
+ * callbacks itself. */
+void chime__timer_drain_queued(chime_timer *t);
 /* Hand the callbacks gathered during an advance to the workers. */
 void chime__timer_hand_out(chime_timer *t);
 /* End a timer that will never fire: on_unfired, counted, out of the levels, given back unless queued.

@@ -19,6 +19,7 @@
 #define CHIME_RUNTIME_WAKE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "futex.h"
@@ -26,12 +27,16 @@
 struct chime__sleeper {
     _Alignas(64) _Atomic uint64_t sleep_until; /* 0: awake; else when it wakes (UINT64_MAX: never) */
     _Atomic uint32_t wake_seq;                 /* the futex word wakers bump */
+    _Atomic uint32_t ready; /* 1: running, and it takes in what is queued before it runs any
+                               callback itself (producer.c, RELATIVE SCHEDULES); 0 from just before
+                               it sleeps or runs callbacks on its own thread */
 };
 
 static inline void chime__sleeper_init(struct chime__sleeper *s)
 {
     atomic_init(&s->sleep_until, 0);
     atomic_init(&s->wake_seq, 0);
+    atomic_init(&s->ready, 0);
 }
 
 /* The slow half of chime__sleeper_wake_before: swap sleep_until (seen as `seen`) to 0 and wake. */
@@ -57,6 +62,9 @@ static inline uint32_t chime__sleeper_prepare(struct chime__sleeper *s, uint64_t
     /* acquire: pairs with the release increment in chime__sleeper_wake. Read before sleep_until is
      * published, so a wake after that changes it and the futex returns at once. */
     uint32_t seq = atomic_load_explicit(&s->wake_seq, memory_order_acquire);
+    /* relaxed: `ready` is a producer's hint (chime__sleeper_set_ready); a stale 1 queues a delay
+     * whose push wakes the thread through sleep_until's handshake. */
+    atomic_store_explicit(&s->ready, 0, memory_order_relaxed);
     /* seq_cst: the sleeper's store in the handshake; its news loads come after it. */
     atomic_store_explicit(&s->sleep_until, wake_ns, memory_order_seq_cst);
     return seq;
@@ -73,6 +81,25 @@ static inline void chime__sleeper_wait(struct chime__sleeper *s, uint32_t seq, u
 static inline void chime__sleeper_awake(struct chime__sleeper *s)
 {
     atomic_store_explicit(&s->sleep_until, 0, memory_order_relaxed);
+}
+
+/*
+ * The thread is ready (it takes in what is queued before it runs a callback itself), or no longer
+ * is. A producer that finds it ready queues a delay rather than a deadline (producer.c, RELATIVE
+ * SCHEDULES). Before it runs callbacks, the thread stores 0 here and then takes in what was queued
+ * (chime__timer_drain_queued, whose load of the queue's newest node follows this store: seq_cst,
+ * so a push that came before the store is taken in); before it sleeps, the push's own wake-up
+ * (sleep_until's handshake) brings it back for what came. A delay pushed after that look by a
+ * producer that found the thread ready waits for the callbacks: the race producer.c describes. The
+ * store of 1 may be relaxed: a producer that misses it reads the clock as before.
+ */
+static inline void chime__sleeper_set_ready(struct chime__sleeper *s, bool ready)
+{
+    /* relaxed load: the thread is the only writer. Stored only when it changes: producers read
+     * this line at every schedule, and a store at every iteration took it from them. */
+    memory_order order = ready ? memory_order_relaxed : memory_order_seq_cst;
+    if (atomic_load_explicit(&s->ready, memory_order_relaxed) != (uint32_t)ready)
+        atomic_store_explicit(&s->ready, ready, order);
 }
 
 #endif /* CHIME_RUNTIME_WAKE_H */
