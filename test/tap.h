@@ -14,6 +14,16 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* RUNNING_ON_VALGRIND: nonzero under valgrind, for tests that scale rounds or bounds to its pace. */
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
+
 struct tap_test {
     const char *name;
     void (*fn)(void);

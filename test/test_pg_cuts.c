@@ -10,15 +10,6 @@
 #include "pg_proxy.h"
 #include "store/pg/pg.h" /* chime__pg_silence_ns */
 
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#endif
-#endif
-#ifndef RUNNING_ON_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
-
 static struct pg_cluster cluster;
 static struct pg_proxy proxy;
 static char direct[600], relayed[600];

@@ -13,15 +13,6 @@
 #include "runtime/state.h"
 #include "tap.h"
 
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#endif
-#endif
-#ifndef RUNNING_ON_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
-
 #define GEN 7u
 #define PENDING (chime__state_free(GEN, 3) | CHIME__LIFE_PENDING)
 #define Q CHIME__ST_Q
