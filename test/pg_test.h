@@ -8,6 +8,7 @@
 #define CHIME_TEST_PG_TEST_H
 
 #include "pg_util.h"
+#include "store/pg/pg.h"
 #include "store_util.h"
 
 /* A node's configuration on conninfo (the tests' defaults; a test may change fields before opening
@@ -36,6 +37,20 @@ static inline int pg_open_node(chime_store **s, const char *conninfo, const char
     struct chime_store_config cfg;
     pg_node_config(&cfg, conninfo, node, lease_ns, horizon_ns);
     return pg_open_config(s, &cfg, r);
+}
+
+/* Wait until every firing s recorded is settled (lib/store/backend.h, fire): its outcome committed
+ * or refused, or abandoned. A count that went below zero (settled twice) fails at once; one never
+ * settled hangs here (the watchdog). */
+static inline void pg_wait_settled(chime_store *s)
+{
+    for (unsigned i = 0; i < s->b->schema.shards; i++) {
+        uint32_t n;
+        while ((n = atomic_load(&s->b->shards[i].unsettled)) != 0) {
+            CHECK(n < UINT32_C(1) << 31, "shard %u's unsettled firings went below zero", i);
+            sleep_ms(2); /* a poll: a lane settles without telling anyone */
+        }
+    }
 }
 
 /* ---- the database, directly ---- */

@@ -7,7 +7,6 @@
  * own row locks, waited for through pg_blocking_pids, and with the read hook (pg.h).
  */
 #include "pg_test.h"
-#include "store/pg/pg.h"
 
 static struct pg_cluster cluster;
 static char conninfo[600];

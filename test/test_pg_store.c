@@ -5,7 +5,6 @@
  * the file (test/pg_util.h), one database per test, one node unless a test says otherwise.
  */
 #include "pg_test.h"
-#include "store/pg/pg.h"
 
 #include <netinet/tcp.h>
 
@@ -158,6 +157,7 @@ static void test_retries_count_attempts_and_dead_letters_can_be_requeued(void)
     n = 0;
     CHECK_EQ(chime_store_dead_list(s, store_count_dead, &n), 0);
     CHECK_EQ(n, 0);
+    pg_wait_settled(s); /* acknowledged, retried twice, buried */
     CHECK_EQ(chime_store_close(s), 0);
 }
 

@@ -282,7 +282,7 @@ static void *work(void *arg)
             CHECK_EQ(chime__journal_ops.fire(b, &f, 1), 0);
             size_t n = payload_for(key, dues[key], payload);
             struct chime__timer t = { name, strlen(name), payload, n, dues[key], 1,
-                                      { live[key], 0 } };
+                                      { live[key], 0 }, 1 };
             CHECK_EQ(bury ? chime__journal_ops.bury(b, &t) : chime__journal_ops.ack(b, &t, 1), 0);
             CHECK_EQ(chime__journal_ops.sync(b), 0);
             live[key] = 0;

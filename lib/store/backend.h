@@ -88,6 +88,8 @@ struct chime__timer {
     uint64_t due_ns;    /* CLOCK_REALTIME; for a dead letter, the due time of its last firing */
     uint32_t attempt;   /* firings recorded so far */
     struct chime__ref ref;
+    int fired;          /* ack, bury: t is a firing fire() recorded in this process (its outcome,
+                           which settles it: see fire); 0 in what a backend hands over */
 };
 
 /* Called for each timer a read hands over. Returns 0, or nonzero to stop the read (the read then
@@ -212,6 +214,9 @@ struct chime__backend_ops {
     /*
      * Record the firings of n timers (D2), each only if it is still this process's to fire (its
      * version is pending and its fence valid); f[i].status says which. One group commit for all.
+     * A firing recorded (status 0) is then settled exactly once by the logic: by its outcome (ack
+     * or bury with t->fired set, or a retry: put with if_version), or by abandon if its handler
+     * will not run (the PostgreSQL backend counts them: a drain waits for its shard's).
      * Return: 0 (see the statuses); -EIO, -ENOSPC (no handler may start).
      */
     int (*fire)(struct chime__backend *b, struct chime__firing *f, size_t n);
@@ -287,6 +292,11 @@ struct chime__backend_ops {
 
     /* Wait until everything recorded before the call is durable. Return: 0; -EIO, -ENOSPC. */
     int (*sync)(struct chime__backend *b);
+
+    /* Optional (NULL: nothing to do). A firing fire() recorded under fence whose handler will not
+     * run (the store closes, the fence lapsed, the store failed): settled without an outcome, it
+     * stays pending, and a restart or the shard's next owner fires it again. */
+    void (*abandon)(struct chime__backend *b, uint64_t fence);
 
     /* Whether a fence handed over earlier is still valid. NULL means always (the journal). The logic
      * asks before a handler starts, too: a handler whose fence has lapsed (the process was paused

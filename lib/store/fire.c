@@ -223,7 +223,7 @@ void chime__store_finish(struct chime_store *s, struct hot *e, int64_t rc)
     pthread_mutex_lock(&st->lock);
     chime__store_unlink(st, e);
     struct chime__timer t = { key, e->key_len, payload, e->payload_len, e->due_ns, e->attempt,
-                              e->ref };
+                              e->ref, 1 };
     int reused = 0;
     if (rc == 0) {
         int err = s->ops->ack(s->b, &t, !e->superseded);
@@ -269,6 +269,8 @@ void chime__store_finish(struct chime_store *s, struct hot *e, int64_t rc)
  * fires it, with attempt + 1). */
 void chime__store_abandon(struct chime_store *s, struct hot *e)
 {
+    if (s->ops->abandon)
+        s->ops->abandon(s->b, e->ref.fence); /* settled without an outcome (backend.h, fire) */
     struct hot_stripe *st = chime__store_stripe(s, e->hash);
     pthread_mutex_lock(&st->lock);
     chime__store_unlink(st, e);

@@ -41,8 +41,20 @@ int chime__pg_error(const struct chime__backend *b)
 
 int chime__pg_holds(struct chime__backend *b, unsigned shard, uint64_t epoch)
 {
+    /* seq_cst: fire() counts a firing in `unsettled`, then asks here; the lease thread sets
+     * draining, then (a round later) reads `unsettled` before it releases. Both sides seq_cst, so
+     * that one of them sees the other's write: a firing is refused here, or the release waits for
+     * it (lease.c). A plain load on x86, as acquire on ARMv8. */
     return chime__pg_believes(b, shard, epoch) &&
-           !atomic_load_explicit(&b->shards[shard].draining, memory_order_acquire);
+           !atomic_load_explicit(&b->shards[shard].draining, memory_order_seq_cst);
+}
+
+void chime__pg_settled(struct chime__backend *b, unsigned shard, uint32_t n)
+{
+    /* release: pairs with the lease thread's load before a release (lease.c); the outcome's
+     * commit came first */
+    if (shard < b->schema.shards && n)
+        atomic_fetch_sub_explicit(&b->shards[shard].unsettled, n, memory_order_release);
 }
 
 int chime__pg_believes(struct chime__backend *b, unsigned shard, uint64_t epoch)
@@ -81,6 +93,11 @@ uint64_t chime__pg_epoch_of(struct chime__backend *b, unsigned shard)
 {
     uint64_t epoch = atomic_load_explicit(&b->shards[shard].epoch, memory_order_acquire);
     return chime__pg_holds(b, shard, epoch) ? epoch : 0;
+}
+
+static void pg_abandon(struct chime__backend *b, uint64_t fence)
+{
+    chime__pg_settled(b, pg_fence_shard(fence), 1);
 }
 
 static int pg_fence_valid(struct chime__backend *b, uint64_t fence)
@@ -168,7 +185,7 @@ static int pg_dead_list(struct chime__backend *b, chime__timer_fn *fn, void *ctx
         struct chime__timer t = { PQgetvalue(r, i, 0), (size_t)PQgetlength(r, i, 0),
                                   PQgetvalue(r, i, 1), (size_t)PQgetlength(r, i, 1),
                                   (uint64_t)chime__pg_i64(r, i, 2),
-                                  (uint32_t)chime__pg_i32(r, i, 3), { 0, 0 } };
+                                  (uint32_t)chime__pg_i32(r, i, 3), { 0, 0 }, 0 };
         got = fn(ctx, &t);
     }
     PQclear(r);
@@ -326,6 +343,7 @@ const struct chime__backend_ops chime__pg_ops = {
     .dead_requeue = chime__pg_dead_requeue,
     .dead_drop = chime__pg_dead_drop,
     .sync = pg_sync,
+    .abandon = pg_abandon,
     .fence_valid = pg_fence_valid,
     .stats = pg_stats,
     .closing = pg_closing,

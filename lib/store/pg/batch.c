@@ -482,7 +482,7 @@ static int apply(struct pg_lane *l, PGresult **res)
         if (!epoch || op->due >= loaded)
             continue;
         struct chime__timer t = { op->data, op->key_len, payload_of(op), op->payload_len, op->due,
-                                  0, { op->out_version, pg_fence(epoch, op->shard) } };
+                                  0, { op->out_version, pg_fence(epoch, op->shard) }, 0 };
         if (chime__pg_arm_later(b, &t) != 0)
             handed = -ENOMEM;
     }

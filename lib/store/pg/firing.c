@@ -109,6 +109,13 @@ int chime__pg_fire(struct chime__backend *b, struct chime__firing *f, size_t n)
     char token[8];
     be64(token, (uint64_t)b->token);
     char again[4] = { 0, 0, 0, 0 }; /* $8: 1 once a run may have committed unseen (FIRE) */
+    /* Counted before chime__pg_holds looks at draining (its comment says why seq_cst); the
+     * firings not recorded are counted out below, the others once settled (backend.h, fire). */
+    for (size_t i = 0; i < n; i++) {
+        unsigned shard = pg_fence_shard(f[i].ref.fence);
+        if (shard < b->schema.shards)
+            atomic_fetch_add_explicit(&b->shards[shard].unsettled, 1, memory_order_seq_cst);
+    }
     pthread_mutex_lock(&b->fire_lock);
     for (int tries = 0; !err; tries++) {
         size_t k = 0;
@@ -178,6 +185,9 @@ int chime__pg_fire(struct chime__backend *b, struct chime__firing *f, size_t n)
         /* PG_RETRY: again; PG_LOST: again on a new connection, for what is still held */
     }
     pthread_mutex_unlock(&b->fire_lock);
+    for (size_t i = 0; i < n; i++)
+        if (err || f[i].status != 0) /* an error: no handler starts (backend.h) */
+            chime__pg_settled(b, pg_fence_shard(f[i].ref.fence), 1);
     for (int i = 0; i < 5; i++)
         chime__pg_array_free(&a[i]);
     free(index);

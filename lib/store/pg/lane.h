@@ -23,6 +23,8 @@ struct pg_op {
     uint64_t due, part;      /* part: stamped from the clock before each attempt (batch.c) */
     uint64_t version;        /* ack, bury: the version; retry: if_version; cancel: its firing one */
     uint64_t epoch;          /* ack, bury, retry: the epoch of the firing's fence */
+    struct chime__backend *settles; /* the outcome of a firing fire() recorded: settled (its
+                                       shard's `unsettled`) when the operation is freed */
     uint32_t attempt;
     uint64_t out_version;    /* put, retry, requeue: the new version; cancel: the cancelled one */
     unsigned char *out_payload; /* requeue: the dead letter's payload (malloc'ed) */

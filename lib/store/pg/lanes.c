@@ -83,12 +83,21 @@ static struct pg_op *op_new(enum pg_op_kind kind, const void *key, size_t key_le
     return op;
 }
 
+/* Free op. An outcome of a firing settles it here, once the lane has settled the operation
+ * (committed or refused) or the queue refused it: every path ends in this free. */
+static void op_free(struct pg_op *op)
+{
+    if (op->settles)
+        chime__pg_settled(op->settles, op->shard, 1);
+    free(op);
+}
+
 /* Let go of op; the last holder frees it (OWNERSHIP). */
 static void op_release(struct pg_op *op)
 {
     /* acq_rel: this holder's accesses to op come before the free, whichever holder frees it */
     if (atomic_fetch_sub_explicit(&op->refs, 1, memory_order_acq_rel) == 1)
-        free(op);
+        op_free(op);
 }
 
 /* Queue op on the lane of its shard. Return: 0 and *ticket (op is the lane's, or shared with it if
@@ -173,7 +182,7 @@ static void settle(struct pg_op **batch, size_t n, int err)
         if (op->waited)
             batch[m++] = op; /* i >= m: nothing unread is overwritten */
         else
-            free(op);
+            op_free(op);
     }
     for (size_t i = 0; i < m; i++) {
         for (size_t k = 0; k < 2; k++)
@@ -280,9 +289,17 @@ int chime__pg_put(struct chime__backend *b, const struct chime__put *p, struct c
         return -EINVAL;
     struct pg_op *op = op_new(p->if_version ? PG_OP_RETRY : PG_OP_PUT, p->key, p->key_len,
                               p->payload, p->payload_len);
-    if (!op)
+    unsigned fenced = pg_fence_shard(p->if_fence); /* a retry: its firing's shard */
+    if (!op) {
+        if (p->if_version)
+            chime__pg_settled(b, fenced, 1); /* the logic fails the store (-ENOMEM) */
         return -ENOMEM;
+    }
     op->shard = chime__pg_shard_of(p->key, p->key_len, b->schema.shards);
+    if (p->if_version && fenced == op->shard)
+        op->settles = b; /* a retry settles its firing (backend.h, fire), whatever its fate */
+    else if (p->if_version)
+        chime__pg_settled(b, fenced, 1); /* refused below (-ESTALE) */
     op->due = due; /* op->part: stamped by the lane before each attempt (batch.c, restamp) */
     op->attempt = p->attempt;
     op->version = p->if_version;
@@ -334,13 +351,23 @@ int chime__pg_cancel(struct chime__backend *b, const void *key, size_t key_len, 
     return err;
 }
 
+/* An acknowledgement or burial that could not be made (no memory): a firing's is settled all the
+ * same (the logic fails the store). */
+static int outcome_unqueued(struct chime__backend *b, const struct chime__timer *t)
+{
+    if (t->fired)
+        chime__pg_settled(b, pg_fence_shard(t->ref.fence), 1);
+    return -ENOMEM;
+}
+
 int chime__pg_ack(struct chime__backend *b, const struct chime__timer *t, int current)
 {
     (void)current; /* other nodes may put the key: the database checks the version (backend.h) */
     struct pg_op *op = op_new(PG_OP_ACK, t->key, t->key_len, NULL, 0);
     if (!op)
-        return -ENOMEM;
+        return outcome_unqueued(b, t);
     op->shard = pg_fence_shard(t->ref.fence);
+    op->settles = t->fired ? b : NULL;
     op->version = t->ref.version;
     op->epoch = pg_fence_epoch(t->ref.fence);
     return enqueue_or_release(b, op); /* D3: not waited for; refused in the database if stale (P1) */
@@ -350,8 +377,9 @@ int chime__pg_bury(struct chime__backend *b, const struct chime__timer *t)
 {
     struct pg_op *op = op_new(PG_OP_BURY, t->key, t->key_len, t->payload, t->payload_len);
     if (!op)
-        return -ENOMEM;
+        return outcome_unqueued(b, t);
     op->shard = pg_fence_shard(t->ref.fence);
+    op->settles = t->fired ? b : NULL;
     op->version = t->ref.version;
     op->epoch = pg_fence_epoch(t->ref.fence);
     op->due = t->due_ns > DUE_MAX ? DUE_MAX : t->due_ns;
@@ -380,7 +408,7 @@ int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key
         *res = (struct chime__put_result){ .ref = { op->out_version, held ? pg_fence(held, op->shard) : 0 },
                                            .owned = held != 0 };
         struct chime__timer t = { key, key_len, op->out_payload, op->out_payload_len, due_ns, 0,
-                                  res->ref };
+                                  res->ref, 0 };
         fn(ctx, &t);
         *ticket = 0;
     }
@@ -511,7 +539,7 @@ void chime__pg_lanes_stop(struct chime__backend *b)
         }
         for (struct pg_op *op = l->head, *next; op; op = next) { /* never started, or gave up */
             next = op->next;
-            free(op);
+            op_free(op);
         }
         chime__pg_disconnect(&l->conn);
         chime__pg_lane_free_arrays(l);

@@ -19,8 +19,17 @@
  * i < shards mod N. Below its share, a node acquires free or expired shards; a shard left free for
  * two rounds is taken by whoever sees it, share or not (nobody else is going to). Above its share,
  * while some node is below its own, a node drains its highest shards: it stops firing them at once
- * (sink->revoke) and releases them a round later, so that acknowledgements in flight still commit
- * in its epoch and a release does not make the next owner fire again what just ran.
+ * (sink->revoke) and releases them once their firings are settled: a round later at the earliest,
+ * a lease at the latest (DRAIN).
+ *
+ * DRAIN. A released shard's next owner fires again whatever the old one fired and had not yet
+ * settled: its acknowledgement, burial or retry, committed after the release, is refused (P1), and
+ * a retry's delay is lost with it. So a draining shard is released at the first round, a round
+ * or more after the drain began, that finds none of its firings unsettled (pg_shard.unsettled:
+ * counted by fire() before it records, counted out by the outcome's operation when the lane has
+ * committed or refused it, or by abandon), and after a lease at the latest: a handler that runs
+ * longer then has its outcome refused, as on a lease lost, rather than hold back the node that
+ * waits for its share (test_pg_lease: a handler that outlasts a round keeps its retry's delay).
  *
  * BELIEF (P2). A renewal sent at monotonic time t makes the lease believed until t + 3/4 lease.
  * The database set expires = now() + lease with now() no earlier than t, so the belief ends at
@@ -394,12 +403,18 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
             if (at < *wake)
                 *wake = at;
         }
-        /* Release what drained for a round; drain the excess if someone is below its share. */
+        /* Release what drained for a round, once its firings are settled (DRAIN); drain the excess
+         * if someone is below its share. */
         size_t nrel = 0, ndrain = 0;
         for (unsigned s = 0; s < S; s++) {
             struct pg_shard *sh = &b->shards[s];
-            if (atomic_load_explicit(&sh->draining, memory_order_relaxed) &&
-                sh->drain_since < rs->round)
+            if (!atomic_load_explicit(&sh->draining, memory_order_relaxed) ||
+                sh->drain_since >= rs->round)
+                continue;
+            /* seq_cst: chime__pg_holds says why; it also acquires the settling decrements (their
+             * outcomes committed, or refused, before them) */
+            uint32_t unsettled = atomic_load_explicit(&sh->unsettled, memory_order_seq_cst);
+            if (unsettled == 0 || rs->round - sh->drain_since >= ROUNDS_PER_LEASE)
                 list[nrel++] = (int32_t)s;
         }
         if (rc == PG_OK && nrel)
@@ -408,7 +423,8 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
             struct pg_shard *sh = &b->shards[s];
             if (chime__pg_epoch_of(b, s)) {
                 sh->drain_since = rs->round;
-                atomic_store_explicit(&sh->draining, 1, memory_order_release); /* pairs with holds */
+                /* seq_cst: pairs with chime__pg_holds (which says why) */
+                atomic_store_explicit(&sh->draining, 1, memory_order_seq_cst);
                 held--;
                 ndrain++;
             }
@@ -424,6 +440,7 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
     if (rc != PG_OK && rc != PG_LOST && pc->c)
         chime__pg_exec_text(pc, "ROLLBACK", 0, NULL, NULL);
     rs->round++;
+    atomic_fetch_add_explicit(&b->rounds, 1, memory_order_relaxed); /* a statistic */
     return rc;
 }
 

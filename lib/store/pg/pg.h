@@ -228,6 +228,10 @@ struct pg_shard {
     _Atomic uint64_t valid_until; /* CLOCK_MONOTONIC ns until which the lease is believed (P2) */
     _Atomic int draining;         /* being given away: fire nothing new, let acks through */
     uint64_t drain_since;         /* lease thread only: the round draining began */
+    /* Firings of this shard being recorded, or recorded and not yet settled (backend.h, fire):
+     * their outcomes not yet committed or refused. A drain releases the shard once it is 0, or
+     * after a lease at most (lease.c). */
+    _Atomic uint32_t unsettled;
 };
 
 struct pg_lane;
@@ -291,6 +295,7 @@ struct chime__backend {
 
     /* statistics for tests and benchmarks */
     _Atomic uint64_t acquired, lost, released, polls, notified, armed;
+    _Atomic uint64_t rounds;      /* lease rounds ended (for tests) */
 };
 
 /* backend.c */
@@ -310,6 +315,9 @@ int chime__pg_holds(struct chime__backend *b, unsigned shard, uint64_t epoch);
 int chime__pg_believes(struct chime__backend *b, unsigned shard, uint64_t epoch);
 /* The epoch of shard if this node holds it (as chime__pg_holds), else 0. */
 uint64_t chime__pg_epoch_of(struct chime__backend *b, unsigned shard);
+/* A firing of shard recorded by fire() is settled (backend.h, fire): its outcome was committed or
+ * refused, or it was abandoned (n of them). */
+void chime__pg_settled(struct chime__backend *b, unsigned shard, uint32_t n);
 
 /* batch.c. Tests only: called by a lane once its COMMIT is in the connection's socket, before
  * the reply is read (an ambiguous commit from here on). */
