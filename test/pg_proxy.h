@@ -25,6 +25,8 @@
  *                         (a statement's parameters) of more than `over` bytes, at that Bind's
  *                         head: a server that reads no more, whose kernel still acknowledges, so
  *                         that chime's sends fill the sockets and block
+ *   pg_proxy_rate         carry chime's messages to the server at most at `rate` bytes a second
+ *                         (0: as fast as it can), as a slow link would
  *   pg_proxy_hold         hold (1) or release (0) every message from the server on every
  *                         connection: while held, nothing reaches chime, and so a node's lane
  *                         cannot finish a batch while the test queues the next one
@@ -77,6 +79,7 @@ struct pg_proxy {
     unsigned per_million;     /* pg_proxy_cut_random's chance */
     struct rng rng;
     int cuts, stalls;
+    size_t up_rate;           /* pg_proxy_rate's */
     struct pg_proxy_conn *conns;
 };
 
@@ -181,6 +184,31 @@ static inline int pg_proxy_stall_here(struct pg_proxy *p, size_t len)
     return stall;
 }
 
+/* Write on to the server at pg_proxy_rate's rate: a chunk of 1/20 s's worth at a time, each
+ * followed by the time the link would take to carry it (a pace, not a wait for anything). */
+static inline int pg_proxy_write_paced(struct pg_proxy *p, int fd, const unsigned char *from,
+                                       size_t n)
+{
+    pthread_mutex_lock(&p->lock);
+    size_t rate = p->up_rate;
+    pthread_mutex_unlock(&p->lock);
+    if (!rate)
+        return pg_proxy_write_all(fd, from, n);
+    size_t chunk = rate / 20 ? rate / 20 : 1;
+    while (n) {
+        size_t k = n < chunk ? n : chunk;
+        if (pg_proxy_write_all(fd, from, k))
+            return -1;
+        uint64_t ns = (uint64_t)k * 1000000000u / rate;
+        struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+        from += k;
+        n -= k;
+    }
+    return 0;
+}
+
 /* chime -> server. A Bind ('B': portal name, statement name, ...) of the target statement marks the
  * transaction under way. */
 static inline void *pg_proxy_up(void *arg)
@@ -213,7 +241,7 @@ static inline void *pg_proxy_up(void *arg)
                     atomic_store(&c->in_target, 1);
             }
         }
-        if ((typed && pg_proxy_chance(p)) || pg_proxy_write_all(c->sfd, m.b, m.len))
+        if ((typed && pg_proxy_chance(p)) || pg_proxy_write_paced(p, c->sfd, m.b, m.len))
             break;
     }
     free(m.b);
@@ -361,6 +389,13 @@ static inline void pg_proxy_stall_bind(struct pg_proxy *p, size_t over, int n)
     pthread_mutex_lock(&p->lock);
     p->stall_bind_over = over;
     p->binds_to_stall = n;
+    pthread_mutex_unlock(&p->lock);
+}
+
+static inline void pg_proxy_rate(struct pg_proxy *p, size_t rate)
+{
+    pthread_mutex_lock(&p->lock);
+    p->up_rate = rate;
     pthread_mutex_unlock(&p->lock);
 }
 

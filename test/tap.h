@@ -24,6 +24,22 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
+/* TAP_SANITIZED: 1 in a build under ThreadSanitizer or AddressSanitizer (gcc says so with a macro,
+ * clang with __has_feature). TAP_SLOW: under valgrind or a sanitizer, where a thread may wait for
+ * its turn for seconds with three tests at once on two cores: for a test whose bound is a parameter
+ * of the code under test (the property holds for any value), never for a check of speed. */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define TAP_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define TAP_SANITIZED 1
+#endif
+#endif
+#ifndef TAP_SANITIZED
+#define TAP_SANITIZED 0
+#endif
+#define TAP_SLOW (RUNNING_ON_VALGRIND || TAP_SANITIZED)
+
 struct tap_test {
     const char *name;
     void (*fn)(void);

@@ -128,14 +128,15 @@ static void test_a_server_that_stops_answering_is_given_up_on(void)
  * The server stops reading in the middle of a batch: the relay reads no more of a connection from
  * the head of a Bind of over 8 MiB (the put statement's arrays), and leaves chime's end open, as a
  * stuck server's kernel would. (The relay holds the server's replies while the puts are queued, so
- * that the lane cannot cut them into small batches as they come.) The lane's sends fill the sockets and block; TCP's own bound on
- * unacknowledged data is off here (tcp_user_timeout=0), and the relay's kernel acknowledges what
- * it buffers anyway. The lane must give the connection up once nothing has moved either way for
- * chime__pg_silence_ns (1 s here), and send the batch again on a new one: every put is then in the
- * database once. Without that bound the sync waits for ever, and the test's watchdog fails it.
- * Under valgrind the bound is 10 s: there, with three tests at once on two cores, a healthy send of
- * the batch through the relay was silent for over a second at a time, so the lane gave up every
- * new connection too and the test hung (2026-11-29, before and after that session's changes).
+ * that the lane cannot cut them into small batches as they come, and the byte bound is lifted.)
+ * The lane's sends fill the sockets and block; TCP's own bound on unacknowledged data is off here
+ * (tcp_user_timeout=0), and the relay's kernel acknowledges what it buffers anyway. The lane must
+ * give the connection up once nothing has moved either way for chime__pg_silence_ns (1 s here),
+ * and send the batch again on a new one: every put is then in the database once. Without that
+ * bound the sync waits for ever, and the test's watchdog fails it. Under valgrind and the
+ * sanitizers (TAP_SLOW) the bound is 10 s and the lease 10 s: with three tests at once on two
+ * cores, the 12 MiB batch took the relay over a second to pass on, and the server ended every
+ * session for its idle_in_transaction_session_timeout, lease / 2 (the hang test_pg_link checks).
  */
 static void test_a_server_that_stops_reading_is_given_up_on(void)
 {
@@ -143,11 +144,13 @@ static void test_a_server_that_stops_reading_is_given_up_on(void)
     fresh();
     uint64_t silence = chime__pg_silence_ns;
     /* before the node's threads start, which read it */
-    chime__pg_silence_ns = (RUNNING_ON_VALGRIND ? 10 : 1) * SEC;
+    chime__pg_silence_ns = (TAP_SLOW ? 10 : 1) * SEC;
+    size_t batch_bytes = chime__pg_batch_bytes;
+    chime__pg_batch_bytes = SIZE_MAX; /* one batch of 12 MiB: its sends fill the sockets */
     char conninfo[700];
     snprintf(conninfo, sizeof conninfo, "%s tcp_user_timeout=0", relayed);
     struct chime_store_config cfg;
-    pg_node_config(&cfg, conninfo, "a", 2 * SEC, 0);
+    pg_node_config(&cfg, conninfo, "a", (TAP_SLOW ? 10 : 2) * SEC, 0);
     cfg.sync = CHIME_SYNC_INTERVAL; /* the puts queue up, and one batch takes them */
     chime_store *s = NULL;
     int rc = pg_open_config(&s, &cfg, &rec);
@@ -172,6 +175,7 @@ static void test_a_server_that_stops_reading_is_given_up_on(void)
     PQfinish(c);
     CHECK_EQ(chime_store_close(s), 0);
     chime__pg_silence_ns = silence;
+    chime__pg_batch_bytes = batch_bytes;
     pg_proxy_stop(&proxy);
 }
 

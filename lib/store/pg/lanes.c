@@ -5,10 +5,21 @@
  * one lane (the lane of its shard), in the order the logic made them (D4): the logic holds the key's
  * lock while it enqueues, and a lane runs its queue in order.
  *
- * GROUP COMMIT. A lane takes everything queued when it becomes free (up to PG_BATCH operations,
- * and never two of one key: a second operation of a key waits for the next batch) and runs it as
- * one transaction, one statement per kind of operation over arrays (statements.h). However many
- * threads put at once, a lane's next commit serves all of them.
+ * GROUP COMMIT. A lane takes everything queued when it becomes free (up to PG_BATCH operations
+ * and chime__pg_batch_bytes of keys and payloads, and never two of one key: a second operation of
+ * a key waits for the next batch) and runs it as one transaction, one statement per kind of
+ * operation over arrays (statements.h). However many threads put at once, a lane's next commit
+ * serves all of them.
+ *
+ * THE BYTE BOUND. A statement's arrays travel as one message, and PostgreSQL counts the time it
+ * takes to receive a message toward idle_in_transaction_session_timeout (conn.c: max(lease / 2,
+ * 1 s)), since the batch's transaction began before it. A message slower than that on the way has
+ * the server end the session; the lane then ran the batch again, as slowly, for ever, and nothing
+ * of it was ever reported (found under TSan on a loaded machine: 12 MiB through test_pg_cuts's
+ * relay). So a batch holds at most 1 MiB of keys and payloads after its first operation (one
+ * operation is at most 64 KiB + 256 bytes): on time over any link faster than about 1 MB/s with
+ * the shortest lease, 0.2 MB/s with the default one (test_pg_link). Small operations fill
+ * PG_BATCH first (2000 puts of 500 bytes), so the bound costs them nothing.
  *
  * THE PIPELINE of one batch, and what a lost connection means at each point (P6):
  *     BEGIN; SELECT pg_current_xact_id(); Sync         -> the transaction's id, before anything else
@@ -63,6 +74,8 @@ static uint64_t key_hash(const void *key, size_t len)
 {
     return chime__siphash128(0x6c616e65u, 0, key, len).lo;
 }
+
+size_t chime__pg_batch_bytes = PG_BATCH_BYTES;
 
 /* ---- queue ---- */
 
@@ -432,13 +445,17 @@ int chime__pg_dead_drop(struct chime__backend *b, const void *key, size_t key_le
 
 /* ---- the lane thread ---- */
 
-/* Take the next batch off the queue: a prefix, with at most one operation per key. Lane locked. */
+/* Take the next batch off the queue: a prefix, with at most one operation per key, within the
+ * byte bound. Lane locked. */
 static size_t take(struct pg_lane *l, struct pg_op **batch)
 {
-    size_t n = 0;
+    size_t n = 0, bytes = 0;
     memset(l->seen, 0, sizeof l->seen);
     while (l->head && n < PG_BATCH) {
         struct pg_op *op = l->head;
+        bytes += (size_t)op->key_len + op->payload_len;
+        if (n && bytes > chime__pg_batch_bytes)
+            break; /* THE BYTE BOUND: the next batch takes it */
         /* A set of key hashes, 4096 slots with linear probing: PG_BATCH keys fill half of it. */
         size_t i = op->hash & (LANE_SEEN - 1);
         int dup = 0;

@@ -83,6 +83,7 @@
 #define PG_MAX_SHARDS 65535u /* a fence keeps the shard in 16 bits */
 #define PG_LANES 1           /* write lanes (connections) per node (design.md, Writes) */
 #define PG_BATCH 2000        /* operations per lane transaction at most */
+#define PG_BATCH_BYTES ((size_t)1 << 20) /* keys and payloads per lane transaction (lanes.c) */
 #define PG_SCHEMA_VERSION 2
 #define PG_MIN_LEASE_NS UINT64_C(200000000)
 #define PG_DEFAULT_LEASE_NS UINT64_C(10000000000)
@@ -152,6 +153,9 @@ int chime__pg_run(struct pg_conn *pc, const char *sql, PGresult **out);
 /* How long a server may send nothing while a reply is owed (default 90 s). Tests lower it before
  * they open a store; nothing else writes it. */
 extern uint64_t chime__pg_silence_ns;
+/* The bytes of keys and payloads a lane's batch holds at most, beyond its first operation (default
+ * PG_BATCH_BYTES). Tests raise it before they open a store; nothing else writes it. */
+extern size_t chime__pg_batch_bytes;
 /* Run sql with text parameters and binary results; *out (if given) receives the result on PG_OK. */
 int chime__pg_exec(struct pg_conn *pc, const char *sql, int n, const char *const *values,
                    PGresult **out);
