@@ -63,110 +63,6 @@ static void test_a_lapse_seen_between_a_renewals_check_and_its_extension_ends_th
     recorder_free(&rec);
 }
 
-/* A node that drains a shard (another node joined below its share) lets the outcomes of its
- * running handlers through until they are settled, for a lease at most (lease.c, DRAIN). Found in
- * review: a retry was refused locally instead, so the handler's delay was lost and the next owner
- * fired the timer again at once. Then in CI under valgrind: the shard was released a round after
- * the drain began, settled or not, and a retry that took longer to commit was refused. */
-/* When the handler asks for its retry: as the drain begins, once the round after the drain's has
- * ended, or once its shard was released from under it. */
-enum drain_mode { RETRY_AT_ONCE, RETRY_AFTER_A_ROUND, RETRY_WHEN_RELEASED };
-static struct chime__backend *drain_b;
-static enum drain_mode drain_mode; /* set before the node opens */
-static _Atomic int drain_started, held_after_a_round;
-static _Atomic uint64_t retry_asked_at, rounds_until_released;
-#define RETRY_NS (4 * SEC)
-
-static int64_t retry_while_draining(struct recorder *r, const struct chime_fire *fire)
-{
-    (void)r;
-    if (fire->attempt != 1)
-        return 0;
-    atomic_store(&drain_started, 1);
-    unsigned shard = pg_fence_shard(fire->fence);
-    uint64_t epoch = pg_fence_epoch(fire->fence);
-    struct pg_shard *sh = &drain_b->shards[shard];
-    /* polls, here and below: the lease thread offers nothing to wait on (meson's timeout) */
-    while (!atomic_load(&sh->draining))
-        sleep_ms(2);
-    uint64_t seen = atomic_load(&drain_b->rounds);
-    if (drain_mode == RETRY_AFTER_A_ROUND) {
-        while (atomic_load(&drain_b->rounds) < seen + 2) /* the drain's round, and the next */
-            sleep_ms(2);
-        atomic_store(&held_after_a_round, chime__pg_believes(drain_b, shard, epoch));
-    } else if (drain_mode == RETRY_WHEN_RELEASED) {
-        while (atomic_load(&sh->epoch) == epoch)
-            sleep_ms(2);
-        atomic_store(&rounds_until_released, atomic_load(&drain_b->rounds) - seen);
-    }
-    atomic_store(&retry_asked_at, wall_ns());
-    return (int64_t)RETRY_NS;
-}
-
-/* Node a fires a timer of its shard 1, node b joins, a drains shard 1 while the handler runs; the
- * timer's second firing (b's) into *f. */
-static void drain_under_a_handler(const char *db, enum drain_mode mode, uint64_t lease,
-                                  struct firing *f)
-{
-    CHECK_EQ(pg_cluster_db(&cluster, db, 2, 60, conninfo, sizeof conninfo), 0);
-    recorder_init(&rec, NULL);
-    rec.reply = retry_while_draining;
-    drain_mode = mode;
-    atomic_store(&drain_started, 0);
-    chime_store *a = NULL, *b = NULL;
-    CHECK_EQ(pg_open_node(&a, conninfo, "a", &rec, lease, 0), 0);
-    drain_b = a->b;
-    char key[32];
-    pg_key_in_shard(key, sizeof key, "drain", 1, 2); /* "a" drains its highest shard */
-    CHECK_EQ(chime_store_put(a, key, strlen(key), "x", 1, wall_ns() + 100 * MS), 0);
-    while (!atomic_load(&drain_started))
-        sleep_ms(2); /* a poll on the handler's flag */
-    CHECK_EQ(pg_open_node(&b, conninfo, "b", &rec, lease, 0), 0);
-    recorder_wait_key(&rec, key, 2, f);
-    store_wait_idle(b);
-    pg_wait_settled(a); /* a retry committed, or refused */
-    pg_wait_settled(b);
-    CHECK_EQ(chime_store_close(b), 0);
-    CHECK_EQ(chime_store_close(a), 0);
-    recorder_free(&rec);
-}
-
-static void check_the_retry_kept_its_delay(const struct firing *f)
-{
-    uint64_t asked = atomic_load(&retry_asked_at);
-    CHECK_EQ(f->attempt, 2);
-    CHECK(f->at_wall >= asked + RETRY_NS, /* never early: the retry's due time */
-          "attempt %u fired %.3f s after the handler asked for a retry in %.3f s", f->attempt,
-          (double)(f->at_wall - asked) / 1e9, (double)RETRY_NS / 1e9);
-}
-
-static void test_a_retry_asked_while_its_shard_drains_keeps_its_delay(void)
-{
-    struct firing f;
-    drain_under_a_handler("lease_2", RETRY_AT_ONCE, 2 * SEC, &f);
-    check_the_retry_kept_its_delay(&f);
-}
-
-/* Rounds of 1 s: the retry commits within the two rounds left before the drain's lease is up. */
-static void test_a_handler_that_outlasts_a_round_of_its_drain_still_keeps_its_retrys_delay(void)
-{
-    struct firing f;
-    drain_under_a_handler("lease_8", RETRY_AFTER_A_ROUND, 4 * SEC, &f);
-    CHECK(atomic_load(&held_after_a_round), "the shard was released under a running handler");
-    check_the_retry_kept_its_delay(&f);
-}
-
-/* The other bound: a handler that never ends holds the shard a lease (4 rounds), not forever. */
-static void test_a_drain_releases_its_shard_after_a_lease_whatever_still_runs(void)
-{
-    struct firing f;
-    drain_under_a_handler("lease_9", RETRY_WHEN_RELEASED, 2 * SEC, &f);
-    uint64_t rounds = atomic_load(&rounds_until_released);
-    CHECK(rounds >= 3, "released %llu rounds after the drain began, its handler running",
-          (unsigned long long)rounds);
-    CHECK_EQ(f.attempt, 2); /* the retry was refused: b fired it again */
-}
-
 /*
  * A read declares its cursor (its snapshot), then fetches. Found under load: the read's join
  * checked the lease's expiry against clock_timestamp(), which a cursor evaluates when it fetches,
@@ -579,12 +475,6 @@ int main(void)
     static const struct tap_test tests[] = {
         { "a_lapse_seen_between_a_renewals_check_and_its_extension_ends_the_epoch",
           test_a_lapse_seen_between_a_renewals_check_and_its_extension_ends_the_epoch },
-        { "a_retry_asked_while_its_shard_drains_keeps_its_delay",
-          test_a_retry_asked_while_its_shard_drains_keeps_its_delay },
-        { "a_handler_that_outlasts_a_round_of_its_drain_still_keeps_its_retrys_delay",
-          test_a_handler_that_outlasts_a_round_of_its_drain_still_keeps_its_retrys_delay },
-        { "a_drain_releases_its_shard_after_a_lease_whatever_still_runs",
-          test_a_drain_releases_its_shard_after_a_lease_whatever_still_runs },
         { "a_takeover_fetched_after_the_expiry_its_snapshot_saw_still_reads_the_shard",
           test_a_takeover_fetched_after_the_expiry_its_snapshot_saw_still_reads_the_shard },
         { "an_ack_checked_after_waiting_past_the_expiry_its_snapshot_saw_still_commits",

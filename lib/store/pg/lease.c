@@ -29,7 +29,7 @@
  * counted by fire() before it records, counted out by the outcome's operation when the lane has
  * committed or refused it, or by abandon), and after a lease at the latest: a handler that runs
  * longer then has its outcome refused, as on a lease lost, rather than hold back the node that
- * waits for its share (test_pg_lease: a handler that outlasts a round keeps its retry's delay).
+ * waits for its share (test_pg_drain: a handler that outlasts a round keeps its retry's delay).
  *
  * BELIEF (P2). A renewal sent at monotonic time t makes the lease believed until t + 3/4 lease.
  * The database set expires = now() + lease with now() no earlier than t, so the belief ends at
