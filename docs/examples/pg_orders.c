@@ -9,6 +9,8 @@
  *   pg_orders "host=127.0.0.1 dbname=app" east 100 &
  *   pg_orders "host=127.0.0.1 dbname=app" west 100 &
  *   pg_orders "host=127.0.0.1 dbname=app" north 100 &
+ * An optional fourth argument sets how long after start the orders time out, in ms (default 1000:
+ * they are spread over the second after that).
  *
  * Each node prints a line per timeout it handled ("timeout order-east-7 on west attempt 1 late 3051 us
  * fence 0x20005") and ends, closing its store, when its standard input ends (Ctrl-D, or the end of
@@ -54,10 +56,11 @@ static int64_t order_timed_out(void *ctx, const struct chime_fire *f)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: pg_orders CONNINFO NODE ORDERS\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: pg_orders CONNINFO NODE ORDERS [DELAY_MS]\n");
         return 2;
     }
+    uint64_t delay_ns = (argc == 5 ? strtoull(argv[4], NULL, 10) : 1000) * 1000000u;
     struct node n = { argv[2] };
     struct chime_store_config cfg = {
         .postgres = argv[1],        /* the database that chime-store init prepared */
@@ -77,9 +80,10 @@ int main(int argc, char **argv)
         char key[64], payload[32];
         int klen = snprintf(key, sizeof key, "order-%s-%d", n.name, i);
         int plen = snprintf(payload, sizeof payload, "unpaid order %d", i);
-        /* every order times out 1 to 2 s from now; returns once PostgreSQL has committed it */
+        /* every order times out within a second after the delay; returns once PostgreSQL has
+         * committed it */
         rc = chime_store_put(s, key, (size_t)klen, payload, (size_t)plen,
-                             now + 1000000000u + (uint64_t)i * 1000000000u / (uint64_t)orders);
+                             now + delay_ns + (uint64_t)i * 1000000000u / (uint64_t)orders);
         if (rc != 0) {
             fprintf(stderr, "%s: chime_store_put: %s\n", n.name, chime_strerror(rc));
             break;
