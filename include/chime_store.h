@@ -61,7 +61,10 @@ extern "C" {
  * shards to the others, which fire its pending and unacknowledged timers (attempt + 1). Every
  * firing, acknowledgement and retry is checked against the lease's epoch in the same transaction, so
  * a node that comes back from a pause cannot record them in its old epoch; a handler already past
- * its start when the pause began runs on, which is what chime_fire.fence is for. With
+ * its start when the pause began runs on, which is what chime_fire.fence is for. When a node joins,
+ * others hand it shards: a shard handed over fires nothing new at once, and moves once the
+ * outcomes of its running handlers are recorded, or after lease_ns if a handler runs longer (its
+ * outcome is then refused, and the new owner fires the timer again). With
  * CHIME_SYNC_EACH a put or cancel returns once its transaction committed (one commit serves every
  * thread waiting on that connection: one per process). A lost connection or a restarted server is
  * retried, not an error: calls wait for it. -EIO then means the database rejected chime's
