@@ -176,6 +176,77 @@ static void test_a_firing_abandoned_before_its_handler_starts_does_not_hold_the_
     recorder_free(&rec);
 }
 
+/*
+ * A firing of the draining shard whose handler has not begun (the one worker is busy with a
+ * handler of another shard) never will: its fence is invalid from the drain on, and run_handler
+ * abandons it whenever the worker comes free. The revoke that follows the drain settles it at
+ * once (lifecycle.c, sink_revoke), so that it does not hold the drain until then: found in review,
+ * it held it a whole lease ('released 4 rounds after the drain began'), and the shard's timers
+ * fired nowhere meanwhile.
+ */
+static _Atomic int busy_started, busy_release;
+static int64_t busy_reply(struct recorder *r, const struct chime_fire *fire)
+{
+    (void)r;
+    if (fire->key_len >= 4 && !memcmp(fire->key, "busy", 4)) {
+        atomic_store(&busy_started, 1);
+        while (!atomic_load(&busy_release))
+            sleep_ms(2); /* a poll on the test's flag */
+    }
+    return 0;
+}
+
+static void test_a_firing_waiting_for_a_busy_worker_does_not_hold_the_drain(void)
+{
+    CHECK_EQ(pg_cluster_db(&cluster, "drain_5", 2, 60, conninfo, sizeof conninfo), 0);
+    recorder_init(&rec, NULL);
+    rec.reply = busy_reply;
+    atomic_store(&busy_started, 0);
+    atomic_store(&busy_release, 0);
+    uint64_t lease = (TAP_SLOW ? 10 : 2) * SEC;
+    chime_store *a = NULL, *b = NULL;
+    struct chime_store_config cfg;
+    pg_node_config(&cfg, conninfo, "a", lease, 0);
+    cfg.runtime.workers = 1; /* the busy handler holds it */
+    CHECK_EQ(pg_open_config(&a, &cfg, &rec), 0);
+    char busy[32], key[32];
+    pg_key_in_shard(busy, sizeof busy, "busy", 0, 2); /* a keeps shard 0 */
+    pg_key_in_shard(key, sizeof key, "drain", 1, 2);  /* and drains shard 1 */
+    /* The runtime's one worker runs the store's own callbacks too: the second firing is taken
+     * (a lead of 2 ms at least before its due time) before the first's handler begins. */
+    uint64_t due = wall_ns() + 300 * MS;
+    CHECK_EQ(chime_store_put(a, busy, strlen(busy), "x", 1, due), 0);
+    CHECK_EQ(chime_store_put(a, key, strlen(key), "x", 1, due + 1 * MS), 0);
+    while (!atomic_load(&busy_started))
+        sleep_ms(2);
+    struct chime_store_stats st;
+    do { /* its firing recorded, its handler waiting for the worker: a poll */
+        sleep_ms(2);
+        chime_store_stats(a, &st);
+    } while (st.running < 2);
+    CHECK_EQ(pg_open_node(&b, conninfo, "b", &rec, lease, 0), 0);
+    while (!atomic_load(&a->b->shards[1].draining))
+        sleep_ms(2); /* a poll: the lease thread offers nothing to wait on */
+    uint64_t at_drain = atomic_load(&a->b->rounds);
+    while (atomic_load(&a->b->released) == 0)
+        sleep_ms(2);
+    uint64_t rounds = atomic_load(&a->b->rounds) - at_drain;
+    atomic_store(&busy_release, 1);
+    CHECK(rounds <= 2, "released %llu rounds after the drain began, nothing of its shard running",
+          (unsigned long long)rounds);
+    struct firing f;
+    recorder_wait_key(&rec, key, 1, &f);
+    CHECK_EQ(f.attempt, 2); /* a's handler never began; b fired the timer again */
+    store_wait_idle(b);
+    store_wait_handlers(a);
+    pg_wait_settled(a);
+    pg_wait_settled(b);
+    CHECK_EQ(chime_store_close(b), 0);
+    CHECK_EQ(chime_store_close(a), 0);
+    CHECK_EQ(recorder_count_key(&rec, key), 1);
+    recorder_free(&rec);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -187,6 +258,8 @@ int main(void)
           test_a_drain_releases_its_shard_after_a_lease_whatever_still_runs },
         { "a_firing_abandoned_before_its_handler_starts_does_not_hold_the_drain",
           test_a_firing_abandoned_before_its_handler_starts_does_not_hold_the_drain },
+        { "a_firing_waiting_for_a_busy_worker_does_not_hold_the_drain",
+          test_a_firing_waiting_for_a_busy_worker_does_not_hold_the_drain },
     };
     return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
 }

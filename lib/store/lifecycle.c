@@ -59,6 +59,15 @@ static void sink_arm(void *ctx, const struct chime__timer *t)
     pthread_mutex_unlock(&st->lock);
 }
 
+/*
+ * Drop what the backend no longer lets this process fire. A recorded firing whose handler has not
+ * begun (rid set: it waits for its due time, or for a worker) never will: its fence stays invalid
+ * (a lapse is final, and a drain ends in a release, or a retake in a new epoch), so run_handler
+ * abandons it whenever it comes to it. It is settled now (backend.h, abandon), not then: until
+ * then it held its shard's drain, which the PostgreSQL backend ends once the shard's firings are
+ * settled (found in review: a firing waiting for a worker busy with another shard's handler held
+ * the drain a whole lease, and the shard's timers fired nowhere meanwhile; test_pg_drain).
+ */
 static void sink_revoke(void *ctx)
 {
     struct chime_store *s = ctx;
@@ -70,9 +79,16 @@ static void sink_revoke(void *ctx)
         for (size_t b = 0; b < st->nbuckets; b++)
             for (struct hot *e = st->buckets[b], *next; e; e = next) {
                 next = e->next;
-                if (e->state != HOT_FIRING && e->state != HOT_RUNNING &&
-                    !s->ops->fence_valid(s->b, e->ref.fence))
+                /* RUNNING: begun (or about to check its fence), or settled here already */
+                int left = e->state == HOT_RUNNING && (!e->rid || e->settled);
+                if (e->state == HOT_FIRING || left || s->ops->fence_valid(s->b, e->ref.fence))
+                    continue; /* recording, left to run_handler, or still valid */
+                if (e->state != HOT_RUNNING) {
                     chime__store_drop(s, st, e);
+                } else if (s->ops->abandon) {
+                    s->ops->abandon(s->b, e->ref.fence);
+                    e->settled = 1; /* chime__store_abandon, which ends it, does not again */
+                }
             }
         pthread_mutex_unlock(&st->lock);
     }

@@ -64,6 +64,8 @@ struct hot {
     uint8_t superseded;    /* FIRING, RUNNING: a put, cancel or requeue of the key was recorded
                               since the firing was taken, so ref may no longer be its pending
                               version (the ack says so to the backend: backend.h, ack) */
+    uint8_t settled;       /* RUNNING, not begun: its firing was settled (backend.h, abandon) by a
+                              revoke that found its fence invalid; it can only be abandoned */
     uint16_t key_len;
     uint32_t payload_len;
     struct chime_store *s;
