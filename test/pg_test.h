@@ -39,6 +39,18 @@ static inline int pg_open_node(chime_store **s, const char *conninfo, const char
     return pg_open_config(s, &cfg, r);
 }
 
+/* Put n timers "<prefix>-<i>" with the same payload, due in an hour (nothing fires). */
+static inline void pg_put_far(chime_store *s, const char *prefix, int n, const void *payload,
+                              size_t len)
+{
+    char key[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof key, "%s-%d", prefix, i);
+        int rc = chime_store_put(s, key, strlen(key), payload, len, wall_ns() + 3600 * SEC);
+        CHECK(rc == 0, "put %s: %s", key, chime_strerror(rc));
+    }
+}
+
 /* Wait until every firing s recorded is settled (lib/store/backend.h, fire): its outcome committed
  * or refused, or abandoned. A count that went below zero (settled twice) fails at once; one never
  * settled hangs here (the watchdog). */
@@ -86,6 +98,17 @@ static inline int pg_command(PGconn *c, const char *sql)
         printf("# %s: %s", sql, PQerrorMessage(c));
     PQclear(r);
     return ok;
+}
+
+/* How many pending timers on conninfo have keys beginning with prefix ("<prefix>-..."). */
+static inline long long pg_pending_of(const char *conninfo, const char *prefix)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM chime.pending WHERE key LIKE '%s-%%'", prefix);
+    PGconn *c = pg_connect_or_die(conninfo);
+    long long n = pg_value(c, sql);
+    PQfinish(c);
+    return n;
 }
 
 /* A key (text) of the given shard, numbered from `from` upwards: "<prefix>-<n>". */

@@ -159,20 +159,13 @@ static void test_a_server_that_stops_reading_is_given_up_on(void)
     memset(payload, 'p', sizeof payload);
     pg_proxy_stall_bind(&proxy, (size_t)8 << 20, 1);
     pg_proxy_hold(&proxy, 1); /* the lane takes what is queued first, and cannot finish it ... */
-    char key[32];
-    for (int i = 0; i < PUTS; i++) {
-        snprintf(key, sizeof key, "big-%d", i);
-        rc = chime_store_put(s, key, strlen(key), payload, sizeof payload, wall_ns() + 3600 * SEC);
-        CHECK(rc == 0, "put %s: %s", key, chime_strerror(rc));
-    }
+    pg_put_far(s, "big", PUTS, payload, sizeof payload);
     pg_proxy_hold(&proxy, 0); /* ... until all are queued: of its two batches, one has 200 puts
                                  or more, over 12 MiB */
     rc = chime_store_sync(s);
     CHECK(rc == 0, "sync: %s", chime_strerror(rc));
     CHECK_EQ(pg_proxy_stalls(&proxy), 1); /* the path under test was taken */
-    PGconn *c = pg_connect_or_die(direct);
-    CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.pending WHERE key LIKE 'big-%'"), PUTS);
-    PQfinish(c);
+    CHECK_EQ(pg_pending_of(direct, "big"), PUTS);
     CHECK_EQ(chime_store_close(s), 0);
     chime__pg_silence_ns = silence;
     chime__pg_batch_bytes = batch_bytes;

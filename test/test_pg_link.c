@@ -41,18 +41,11 @@ static void test_a_batch_slower_on_the_link_than_the_idle_timeout_is_split_and_c
     pg_proxy_hold(&proxy, 1); /* the lane cannot finish a batch while the puts are queued */
     static char payload[PAYLOAD];
     memset(payload, 'p', sizeof payload);
-    char key[32];
-    for (int i = 0; i < PUTS; i++) {
-        snprintf(key, sizeof key, "big-%d", i);
-        rc = chime_store_put(s, key, strlen(key), payload, sizeof payload, wall_ns() + 3600 * SEC);
-        CHECK(rc == 0, "put %s: %s", key, chime_strerror(rc));
-    }
+    pg_put_far(s, "big", PUTS, payload, sizeof payload);
     pg_proxy_hold(&proxy, 0);
     rc = chime_store_sync(s);
     CHECK(rc == 0, "sync: %s", chime_strerror(rc));
-    PGconn *c = pg_connect_or_die(direct);
-    CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.pending WHERE key LIKE 'big-%'"), PUTS);
-    PQfinish(c);
+    CHECK_EQ(pg_pending_of(direct, "big"), PUTS);
     CHECK_EQ(chime_store_close(s), 0);
     pg_proxy_stop(&proxy);
     recorder_free(&rec);
