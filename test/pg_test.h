@@ -100,6 +100,23 @@ static inline int pg_command(PGconn *c, const char *sql)
     return ok;
 }
 
+/* Whether the server process pid waits for a lock another holds (how a test waits for a statement
+ * to reach a row it has made busy: a poll on the server's lock table, not a guess at timing). */
+static inline int pg_blocked(PGconn *c, int pid)
+{
+    char sql[120];
+    snprintf(sql, sizeof sql, "SELECT cardinality(pg_blocking_pids(%d))", pid);
+    return pg_value(c, sql) > 0;
+}
+
+/* Open a transaction on c that holds key's row of chime.keys. */
+static inline void pg_hold_key(PGconn *c, const char *key)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT 1 FROM chime.keys WHERE key = '%s'::bytea FOR UPDATE", key);
+    CHECK(pg_command(c, "BEGIN") && pg_value(c, sql) == 1, "could not hold %s", key);
+}
+
 /* How many pending timers on conninfo have keys beginning with prefix ("<prefix>-..."). */
 static inline long long pg_pending_of(const char *conninfo, const char *prefix)
 {

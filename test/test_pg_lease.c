@@ -197,14 +197,6 @@ static void wait_blocked_by(PGconn *obs, int pid)
         sleep_ms(2); /* a poll on the server's lock table */
 }
 
-/* Lock the row of `key` in chime.keys in a transaction left open on c. */
-static void lock_key(PGconn *c, const char *key)
-{
-    char sql[120];
-    snprintf(sql, sizeof sql, "SELECT 1 FROM chime.keys WHERE key = '%s'::bytea FOR UPDATE", key);
-    CHECK(pg_command(c, "BEGIN") && pg_value(c, sql) == 1, "could not lock %s", key);
-}
-
 /* The epoch that ended key (acknowledged it), -1 if it is pending. */
 static long long ended_in(PGconn *obs, const char *key)
 {
@@ -243,7 +235,7 @@ static void test_an_ack_checked_after_waiting_past_the_expiry_its_snapshot_saw_s
     uint64_t epoch = pg_fence_epoch(atomic_load(&fired_fence));
     PGconn *obs = pg_connect_or_die(conninfo), *tp = pg_connect_or_die(conninfo);
     PGconn *tk[2] = { pg_connect_or_die(conninfo), pg_connect_or_die(conninfo) };
-    lock_key(tp, p);
+    pg_hold_key(tp, p);
     CHECK_EQ(chime_store_put(s, p, strlen(p), "y", 1, wall_ns() + 3600 * SEC), 0);
     wait_blocked_by(obs, PQbackendPID(tp)); /* the lane's batch holds on p */
     uint64_t ack_seq = lane_seq(l) + 2;
@@ -251,7 +243,7 @@ static void test_an_ack_checked_after_waiting_past_the_expiry_its_snapshot_saw_s
     while (lane_seq(l) < ack_seq)
         sleep_ms(2); /* a poll on the lane's queue: both acknowledgements are queued */
     for (int i = 0; i < 2; i++)
-        lock_key(tk[i], k[i]);
+        pg_hold_key(tk[i], k[i]);
     CHECK(pg_command(tp, "ROLLBACK"), "tp"); /* p's put commits; the acknowledgements follow */
     int first;
     while ((first = blocked_by(obs, PQbackendPID(tk[0])) ? 0
@@ -308,7 +300,7 @@ static void test_an_owner_statement_waiting_for_a_keys_lock_does_not_hold_up_the
         sleep_ms(2); /* a poll on the handler's flag: k's firing is recorded */
     uint64_t epoch = pg_fence_epoch(atomic_load(&fired_fence));
     PGconn *obs = pg_connect_or_die(conninfo), *t1 = pg_connect_or_die(conninfo);
-    lock_key(t1, k);
+    pg_hold_key(t1, k);
     uint64_t ack_seq = lane_seq(l) + 1;
     atomic_store(&handler_go, 1);
     wait_blocked_by(obs, PQbackendPID(t1)); /* the acknowledgement has locked the shard's row */
@@ -366,7 +358,7 @@ static void ack_of_two_shards_waiting(PGconn *obs, PGconn *h, PGconn *o, const c
              "INSERT INTO chime.keys (key, version, part, shard, attempt, fire_epoch)"
              " VALUES ('%s'::bytea, 100, 0, 0, 1, 5), ('%s'::bytea, 200, 0, 1, 1, 3)", k0, k1);
     CHECK(pg_command(obs, sql), "the keys");
-    lock_key(h, k0);
+    pg_hold_key(h, k0);
     char keys[80];
     snprintf(keys, sizeof keys, "{%s,%s}", k0, k1);
     const char *ack[6] = { keys, "{100,200}", "{0,1}", "{5,3}", "a", "1" };

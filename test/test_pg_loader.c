@@ -31,22 +31,6 @@ static int pid_of(PGconn *c, const char *app)
     return (int)pg_value(c, sql);
 }
 
-/* Whether the server process pid waits for a lock another holds. */
-static int blocked(PGconn *c, int pid)
-{
-    char sql[120];
-    snprintf(sql, sizeof sql, "SELECT cardinality(pg_blocking_pids(%d))", pid);
-    return pg_value(c, sql) > 0;
-}
-
-/* Open a transaction on c that holds key's row of chime.keys. */
-static void hold_key(PGconn *c, const char *key)
-{
-    char sql[160];
-    snprintf(sql, sizeof sql, "SELECT 1 FROM chime.keys WHERE key = '%s'::bytea FOR UPDATE", key);
-    CHECK(pg_command(c, "BEGIN") && pg_value(c, sql) == 1, "hold %s", key);
-}
-
 /* A fresh database and node "a" on it, once it holds the shard; *c: a connection of the test's. */
 static chime_store *open_owner(PGconn **c)
 {
@@ -116,9 +100,9 @@ static bool reread_in(uint64_t window)
     CHECK_EQ(chime_store_put(a, "k", 1, "p", 1, wall_ns() + window), 0);
     reread_s = a;
     reread_k = pg_connect_or_die(conninfo);
-    hold_key(reread_k, "k");
+    pg_hold_key(reread_k, "k");
     int fire_pid = pid_of(c, "chime a fire"), lane_pid = pid_of(c, "chime a lane");
-    while (!blocked(c, fire_pid) && !recorder_count_key(&rec, "k"))
+    while (!pg_blocked(c, fire_pid) && !recorder_count_key(&rec, "k"))
         sleep_ms(2); /* as above */
     if (recorder_count_key(&rec, "k")) { /* it fired before its row was held: a longer window */
         CHECK(pg_command(reread_k, "COMMIT"), "commit");
@@ -130,10 +114,10 @@ static bool reread_in(uint64_t window)
     }
     /* The lane, held: k's acknowledgement will wait behind this put */
     PGconn *lane = pg_connect_or_die(conninfo);
-    hold_key(lane, "blocker");
+    pg_hold_key(lane, "blocker");
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, put_blocker, a), 0);
-    while (!blocked(c, lane_pid))
+    while (!pg_blocked(c, lane_pid))
         sleep_ms(2); /* as above */
     atomic_store(&reread_done, 0);
     atomic_store(&reread_armed, 1);
@@ -215,7 +199,7 @@ static void start_the_cycle(struct chime__backend *b, const char *since)
     atomic_store(&cycle_loader_pid, pid_of(c, "chime a loader"));
     int lane_pid = pid_of(c, "chime a lane");
     CHECK_EQ(pthread_create(&cycle_put, NULL, put_far, cycle_s), 0);
-    while (!blocked(c, lane_pid) && !atomic_load(&cycle_put_done))
+    while (!pg_blocked(c, lane_pid) && !atomic_load(&cycle_put_done))
         sleep_ms(2); /* a poll of the database: the lane waits for the table's lock, or is done */
     CHECK_EQ(pthread_create(&cycle_cancel, NULL, cancel_x, cycle_s), 0);
     while (!atomic_load(&cycle_put_done) && !stripe_held(cycle_s, "x"))

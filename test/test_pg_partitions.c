@@ -36,14 +36,6 @@ static void send_put(PGconn *c, const char *key, uint64_t part)
           PQerrorMessage(c));
 }
 
-/* Whether the backend with this pid waits for a lock held by another. */
-static int blocked(PGconn *c, int pid)
-{
-    char sql[120];
-    snprintf(sql, sizeof sql, "SELECT cardinality(pg_blocking_pids(%d))", pid);
-    return pg_value(c, sql) > 0;
-}
-
 struct house {
     struct pg_conn pc;
     struct pg_schema sc;
@@ -106,7 +98,7 @@ static void test_a_put_committed_while_its_partition_is_settled_is_never_dropped
     int house_pid = PQbackendPID(h.pc.c);
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, house_main, &h), 0);
-    while (!blocked(c, house_pid)) /* past its check, deleting the tombstone */
+    while (!pg_blocked(c, house_pid)) /* past its check, deleting the tombstone */
         sleep_ms(2); /* a poll of the database: there is nothing to wait on */
 
     PGconn *put = pg_connect_or_die(conninfo);
@@ -114,7 +106,7 @@ static void test_a_put_committed_while_its_partition_is_settled_is_never_dropped
     send_put(put, "pnd", part);
     for (;;) { /* until the put is done, or waits for the housekeeper */
         CHECK(PQconsumeInput(put), "put: %s", PQerrorMessage(put));
-        if (!PQisBusy(put) || blocked(c, put_pid))
+        if (!PQisBusy(put) || pg_blocked(c, put_pid))
             break;
         sleep_ms(2); /* as above */
     }

@@ -48,10 +48,12 @@
  *      epoch that then lost its lease is loaded by the next owner like any pending timer, and fires
  *      again with attempt + 1 (the recorded attempt is kept). (firing.c)
  *   P4 Versions of one key only grow: each statement that writes versions draws one value from a
- *      sequence (cache 1, so in time order) and numbers its rows under it (statements.h), and a put
- *      replaces the key's row only if the row's version is smaller. Rows of ended timers stay as
- *      tombstones until their partition is dropped, at least one partition width after it ended,
- *      so a put of the same key always meets its predecessor. (lanes.c, house.c)
+ *      sequence (cache 1, so in time order) and numbers its rows under it, except that a put that
+ *      finds the key's row draws its version once it holds the row's lock, so it always replaces
+ *      the row; a retry replaces it only while its version is the one that fired (statements.h).
+ *      Rows of ended timers stay as tombstones until their partition is dropped, at least one
+ *      partition width after it ended, so a put of the same key always meets its predecessor.
+ *      (lanes.c, house.c)
  *   P5 A cancel is never undone: it ends the key's current version (end_epoch = 0) in a committed
  *      transaction; a later write of that key is a newer put (a larger version). Nothing else ever
  *      clears end_epoch, and a version ends at most once.

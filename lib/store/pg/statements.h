@@ -17,32 +17,47 @@
 #define CHIME_STORE_PG_STATEMENTS_H
 
 /* Versions (P4): a statement draws ONE value n from the sequence chime.versions (cache 1, so in
- * time order) and gives its i-th row (1-based, i < PG_VERSION_ROWS) version n * PG_VERSION_ROWS + i.
- * A later statement draws a greater n, so every version it writes is greater than every version an
- * earlier one wrote, whatever their i; and a row's i can be read back from its version. */
+ * time order) and gives its i-th row (1-based, i < PG_VERSION_ROWS) version
+ * n * PG_VERSION_ROWS + i; a row's i can be read back from its version. A put or requeue that
+ * finds the key's row takes a value drawn once it holds the row's lock instead
+ * (PG_VERSION_LOCKED), greater than every version committed to the row before; a retry keeps the
+ * statement's, and is refused if any write changed the row's version meanwhile (its condition is
+ * checked again on the row it locks). So a key's versions grow in the order its writes take
+ * effect. */
 #define PG_VERSION_ROWS 4096
 #define PG_STR_(x) #x
 #define PG_STR(x) PG_STR_(x)
 #define PG_VERSION_BASE "(SELECT nextval('chime.versions') * " PG_STR(PG_VERSION_ROWS) " AS base)"
+/* The version of a row that an upsert found and locked (ON CONFLICT ... DO UPDATE evaluates it
+ * once it holds the lock): a value of its own, drawn then, and the same i. Drawn at the
+ * statement's start, a put's version could be smaller than one a conditional retry drew later but
+ * committed first, and the put, reported done, would lose to the retry of the timer it replaced
+ * (found in review). */
+#define PG_VERSION_LOCKED                                                                          \
+    "nextval('chime.versions') * " PG_STR(PG_VERSION_ROWS) " + excluded.version % "                \
+    PG_STR(PG_VERSION_ROWS)
 
-/* A user's put: $1 keys, $2 dues, $3 parts, $4 shards, $5 attempts, $6 payloads. Every put's row
- * is inserted into timers (insert-only: a row whose key then keeps a greater version is never read,
- * and goes with its partition); the key's row in keys is replaced only by a greater version (P4).
- * A put whose version lost to a concurrent one returns no row (it happened first, and was
- * replaced). Returns (i, version) of the puts that won. No join: the version says which row it is. */
+/* A user's put: $1 keys, $2 dues, $3 parts, $4 shards, $5 attempts, $6 payloads. The key's row
+ * in keys is written first, in key order: a new key takes the statement's version for its i, a
+ * key that has a row takes a version drawn once that row is locked (PG_VERSION_LOCKED), so it is
+ * greater than every version committed to the row before, the conditional retry's among them
+ * (P4). Then one row per put goes into timers with the version its key took (insert-only: a row
+ * whose key then keeps a greater version is never read, and goes with its partition). Every put
+ * wins: returns (i, version) for each. */
 #define PG_SQL_PUT                                                                                 \
     "WITH v AS MATERIALIZED " PG_VERSION_BASE ","                                                  \
-    " t AS (INSERT INTO chime.timers (part, shard, key, version, due, payload)"                    \
-    " SELECT u.part, u.shard, u.key, v.base + u.i, u.due, u.payload FROM v, unnest($1::bytea[],"   \
-    " $2::int8[], $3::int8[], $4::int4[], $6::bytea[]) WITH ORDINALITY"                            \
-    " AS u(key, due, part, shard, payload, i))"                                                    \
-    " INSERT INTO chime.keys AS k (key, version, part, shard, attempt)"                            \
-    " SELECT u.key, v.base + u.i, u.part, u.shard, u.attempt FROM v, unnest($1::bytea[],"          \
-    " $3::int8[], $4::int4[], $5::int4[]) WITH ORDINALITY AS u(key, part, shard, attempt, i)"      \
-    " ORDER BY u.key ON CONFLICT (key) DO UPDATE SET version = excluded.version,"                  \
+    " u AS MATERIALIZED (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int8[],"                \
+    " $4::int4[], $5::int4[], $6::bytea[]) WITH ORDINALITY"                                        \
+    " AS u(key, due, part, shard, attempt, payload, i)),"                                          \
+    " k AS (INSERT INTO chime.keys AS k (key, version, part, shard, attempt)"                      \
+    " SELECT u.key, v.base + u.i, u.part, u.shard, u.attempt FROM v, u"                            \
+    " ORDER BY u.key ON CONFLICT (key) DO UPDATE SET version = " PG_VERSION_LOCKED ","             \
     " part = excluded.part, shard = excluded.shard, attempt = excluded.attempt, fire_epoch = 0,"   \
-    " end_epoch = NULL, ended_at = NULL WHERE k.version < excluded.version"                        \
-    " RETURNING k.version % " PG_STR(PG_VERSION_ROWS) ", k.version"
+    " end_epoch = NULL, ended_at = NULL RETURNING k.version),"                                     \
+    " t AS (INSERT INTO chime.timers (part, shard, key, version, due, payload)"                    \
+    " SELECT u.part, u.shard, u.key, k.version, u.due, u.payload FROM k"                           \
+    " JOIN u ON u.i = k.version % " PG_STR(PG_VERSION_ROWS) ")"                                    \
+    " SELECT k.version % " PG_STR(PG_VERSION_ROWS) ", k.version FROM k"
 
 /* A retry (the owner's, conditional on the version that fired): $1 keys, $2 if_versions,
  * $3 shards, $4 epochs, $5 dues, $6 parts, $7 attempts, $8 payloads, $9 owner, $10 token.
@@ -107,8 +122,9 @@
     " due = excluded.due, attempt = excluded.attempt, payload = excluded.payload,"                 \
     " died = excluded.died, seq = nextval('chime.dead_order')"
 
-/* Requeues: $1 keys, $2 dues, $3 parts. The dead letter becomes a put of its payload (attempt 0).
- * Returns (i, version, payload, shard) for each key that had a dead letter. */
+/* Requeues: $1 keys, $2 dues, $3 parts. The dead letter becomes a put of its payload (attempt 0),
+ * its version taken as a put's. Returns (i, version, payload, shard) for each key that had a dead
+ * letter. */
 #define PG_SQL_REQUEUE                                                                             \
     "WITH f AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int8[]) WITH ORDINALITY"        \
     " AS f(key, due, part, i)),"                                                                   \
@@ -117,14 +133,13 @@
     " v AS MATERIALIZED " PG_VERSION_BASE ","                                                      \
     " g AS MATERIALIZED (SELECT f.i, f.key, f.due, f.part, d.shard, d.payload,"                    \
     " v.base + f.i AS nv FROM v, f JOIN d ON d.key = f.key ORDER BY f.key),"                       \
-    " t AS (INSERT INTO chime.timers (part, shard, key, version, due, payload)"                    \
-    " SELECT part, shard, key, nv, due, payload FROM g),"                                          \
     " k AS (INSERT INTO chime.keys AS k (key, version, part, shard, attempt)"                      \
     " SELECT key, nv, part, shard, 0 FROM g ON CONFLICT (key) DO UPDATE SET"                       \
-    " version = excluded.version, part = excluded.part, shard = excluded.shard, attempt = 0,"      \
-    " fire_epoch = 0, end_epoch = NULL, ended_at = NULL WHERE k.version < excluded.version"        \
-    " RETURNING k.key)"                                                                            \
-    " SELECT g.i, g.nv, g.payload, g.shard FROM g"
+    " version = " PG_VERSION_LOCKED ", part = excluded.part, shard = excluded.shard,"              \
+    " attempt = 0, fire_epoch = 0, end_epoch = NULL, ended_at = NULL RETURNING k.key, k.version)," \
+    " t AS (INSERT INTO chime.timers (part, shard, key, version, due, payload)"                    \
+    " SELECT g.part, g.shard, g.key, k.version, g.due, g.payload FROM g JOIN k ON k.key = g.key)"  \
+    " SELECT g.i, k.version, g.payload, g.shard FROM g JOIN k ON k.key = g.key"
 
 /* Dead-letter deletions: $1 keys. Returns i of each key that had one. */
 #define PG_SQL_DROP                                                                                \
