@@ -20,7 +20,8 @@
 
 /* ---- the journal's sticky error (journal.h) ---- */
 
-void chime__journal_fail(struct chime__backend *j, int err)
+/* The journal's part of a failure. The log's writer calls only this (wal_failed), with its lock. */
+static void journal_failed(struct chime__backend *j, int err)
 {
     pthread_mutex_lock(&j->lock);
     /* The logic hears of the failure before any caller can see it (backend.h, D5: no handler may
@@ -37,6 +38,15 @@ void chime__journal_fail(struct chime__backend *j, int err)
     pthread_cond_broadcast(&j->done);
     pthread_cond_broadcast(&j->work);
     pthread_mutex_unlock(&j->lock);
+}
+
+void chime__journal_fail(struct chime__backend *j, int err)
+{
+    journal_failed(j, err);
+    /* Then the log, which stops reporting anything durable, even the batch its writer holds
+     * (wal_writer.c, FAILURE; found in review: a put returned 0 after the store failed). */
+    if (j->wal)
+        chime__wal_fail(j->wal, err);
 }
 
 int chime__journal_error(struct chime__backend *j)
@@ -473,7 +483,7 @@ static void j_stats(struct chime__backend *j, struct chime__backend_stats *out)
 
 static void wal_failed(void *ctx, int err)
 {
-    chime__journal_fail(ctx, err);
+    journal_failed(ctx, err); /* the log fails itself (it holds its lock here) */
 }
 
 static void free_journal(struct chime__backend *j)

@@ -92,6 +92,13 @@ int chime__wal_prepare(struct chime__wal *w);
 /* The sticky error, or 0. Any thread, no lock. */
 int chime__wal_error(struct chime__wal *w);
 
+/* Fail the log with err (if it has not failed already) for a failure of the journal's outside it:
+ * from here on nothing is appended or reported durable, not even a batch the writer holds, and
+ * every waiter gets the error; the writer writes what was appended before into the current
+ * segment, but begins no segment and does not move HEAD (wal_writer.c, FAILURE). Any thread but
+ * the writer's failure callback (which holds the log's lock). */
+void chime__wal_fail(struct chime__wal *w, int err);
+
 /* The number of the segment records go to now. */
 uint64_t chime__wal_current(struct chime__wal *w);
 

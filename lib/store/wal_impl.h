@@ -41,6 +41,8 @@ struct chime__wal {
     uint64_t sealed_used;  /* how many of its bytes hold records and MARKs (UINT64_MAX: unknown) */
     uint64_t current;      /* the segment records go to */
     int error;
+    int failed_outside;             /* error came from chime__wal_fail: the writer still writes
+                                       what was appended before it (FAILURE, wal_writer.c) */
     int closing;
     int writer_idle;       /* the writer waits on `work` for records: an append must wake it */
     size_t fill_records;   /* appends (calls) in fill */

@@ -29,7 +29,12 @@
  * never moves again, every waiter and every later call gets the error (backend.h, D5). After a
  * failed fdatasync the kernel may have dropped the pages it could not write and marked them clean,
  * so a retry could "succeed" without the data: the only safe answer is to stop and let a reopen
- * recover from what is on disk.
+ * recover from what is on disk. A failure of the journal's outside the log (the flusher's, the
+ * index's: chime__wal_fail) sets the same error, so nothing more is appended or reported durable,
+ * not even the batch the writer holds; the writer still writes what was appended before it into
+ * the current segment (records a reopen may find, as after a crash), but begins no segment and
+ * does not move HEAD: after a failed fsync of the directory, a segment it created could be named
+ * in HEAD without its entry on disk (found in review).
  */
 #define _GNU_SOURCE /* getrandom, pwritev */
 #include "store/wal_impl.h"
@@ -97,6 +102,11 @@ static int next_segment(struct chime__wal *w, uint64_t at)
     pthread_mutex_lock(&w->lock);
     while (w->preparing) /* the flusher is creating it: wait rather than race it for the name */
         pthread_cond_wait(&w->done, &w->lock);
+    if (w->error) { /* failed from outside (chime__wal_fail): no new segment */
+        int err = w->error;
+        pthread_mutex_unlock(&w->lock);
+        return err;
+    }
     uint64_t old = w->current, number = old + 1, size, salt = w->next_salt;
     int fd = w->next_fd;
     w->next_fd = -1;
@@ -140,9 +150,12 @@ static int next_segment(struct chime__wal *w, uint64_t at)
     pthread_mutex_unlock(&w->lock);
     if (w->cfg.sealed)
         w->cfg.sealed(w->cfg.ctx, old, used);
+    /* acquire: pairs with fail_locked's release. Failed from outside meanwhile: HEAD stays where
+     * it is (nothing is committed into the new segment). */
+    int err = atomic_load_explicit(&w->error_seen, memory_order_acquire);
     /* Before any commit into the new segment is published (head.h, THE RULE): what returns here
      * goes back to write_batch or the seal, whose commit waits for it. */
-    return chime__head_set(&w->head, number);
+    return err ? err : chime__head_set(&w->head, number);
 }
 
 static uint32_t record_len(const unsigned char *p)
@@ -192,6 +205,8 @@ static int write_batch(struct chime__wal *w, const unsigned char *buf, size_t le
 
 static void fail_locked(struct chime__wal *w, int err)
 {
+    if (w->error)
+        return; /* failed from outside (chime__wal_fail) as the writer worked: its error stays */
     w->error = err;
     /* release: pairs with chime__wal_error's acquire, so that a caller who sees the error also
      * sees what the writer did before it, the journal told (cfg.failed, called first). An append
@@ -199,6 +214,15 @@ static void fail_locked(struct chime__wal *w, int err)
     atomic_store_explicit(&w->error_seen, err, memory_order_release);
     pthread_cond_broadcast(&w->done);
     chime__waiters_fail(&w->waiters, err);
+}
+
+void chime__wal_fail(struct chime__wal *w, int err)
+{
+    pthread_mutex_lock(&w->lock);
+    w->failed_outside = !w->error;
+    fail_locked(w, err);
+    pthread_cond_signal(&w->work); /* an idle writer sees the error and ends */
+    pthread_mutex_unlock(&w->lock);
 }
 
 static int interval_passed(const struct chime__wal *w, struct timespec *deadline)
@@ -216,8 +240,9 @@ void *chime__wal_writer_main(void *arg)
 {
     struct chime__wal *w = arg;
     pthread_mutex_lock(&w->lock);
-    while (!w->error) {
-        int have = w->fill_len > 0, seal = w->seal_upto > w->sealed_lsn;
+    /* After an outside failure, on until what was appended before it is written (FAILURE). */
+    while (!w->error || (w->failed_outside && w->fill_len > 0)) {
+        int have = w->fill_len > 0, seal = w->seal_upto > w->sealed_lsn && !w->error;
         if (!have && !seal) {
             if (w->closing)
                 break;
@@ -227,7 +252,7 @@ void *chime__wal_writer_main(void *arg)
             continue;
         }
         if (have && !w->cfg.sync_each && w->wanted <= w->durable && !seal && !w->closing &&
-            w->fill_len < COMMIT_EARLY) {
+            !w->error && w->fill_len < COMMIT_EARLY) {
             struct timespec deadline;
             if (!interval_passed(w, &deadline)) {
                 w->writer_idle = 1; /* woken early by COMMIT_EARLY bytes, or by a waiter */
@@ -240,7 +265,7 @@ void *chime__wal_writer_main(void *arg)
         /* Group commit: when the last commit served several threads, they are appending again
          * now; let them, for a moment, so that one fdatasync serves them all rather than the first
          * one alone (the gather stops as soon as a pause adds nothing). */
-        if (w->cfg.sync_each && w->last_batch > 1 && !seal && !w->closing) {
+        if (w->cfg.sync_each && w->last_batch > 1 && !seal && !w->closing && !w->error) {
             for (int i = 0; i < 4; i++) {
                 size_t before = w->fill_len;
                 pthread_mutex_unlock(&w->lock);
@@ -255,7 +280,7 @@ void *chime__wal_writer_main(void *arg)
         unsigned char *batch = w->fill;
         size_t len = w->fill_len, batch_cap = w->fill_cap;
         uint64_t end = w->appended;
-        seal = w->seal_upto > w->sealed_lsn && end >= w->seal_upto;
+        seal = w->seal_upto > w->sealed_lsn && end >= w->seal_upto && !w->error;
         w->fill = w->spare;
         w->fill_cap = w->spare_cap;
         w->fill_len = 0;
@@ -273,14 +298,15 @@ void *chime__wal_writer_main(void *arg)
         clock_gettime(CLOCK_MONOTONIC, &w->last_commit);
 
         pthread_mutex_lock(&w->lock);
-        if (err) {
+        if (err && !w->error) {
             /* Tell the journal (and the store) before any waiter can see the error, so that the
              * caller who gets -EIO finds the store failed. The callback takes no lock of ours. */
             if (w->cfg.failed)
                 w->cfg.failed(w->cfg.ctx, err);
             fail_locked(w, err);
-            break;
         }
+        if (w->error) /* this batch's, or the journal's: never reported durable */
+            continue;
         w->durable = end;
         if (seal && w->sealed_lsn < end) /* the current segment held no record: nothing to seal */
             w->sealed_lsn = end;
