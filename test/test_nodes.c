@@ -47,14 +47,30 @@ Test(nodes, giving_back_kills_the_id_and_the_next_take_reuses_the_node)
     cr_assert(chime__nodes_check(&ns) == NULL, "%s", chime__nodes_check(&ns));
 }
 
-Test(nodes, generation_skips_zero_when_it_wraps)
+/* A node given back at the last generation would come back at a wrapped one, where an id of its
+ * first life matches again: it is retired instead, and its ids stay dead. */
+Test(nodes, a_node_given_back_at_its_last_generation_is_retired_and_its_ids_stay_dead)
 {
     uint32_t idx = take();
-    ns.v[idx].gen = UINT32_MAX;
+    ns.v[idx].gen = UINT32_MAX - 1;
+    chime_id before_last = chime__nodes_id(&ns, idx);
     chime__nodes_give(&ns, idx);
-    take();
-    cr_assert(eq(u32, ns.v[idx].gen, 1));
-    cr_assert(ne(u64, chime__nodes_id(&ns, idx), 0));
+    cr_assert(eq(u32, take(), idx), "LIFO: the same node, at the last generation");
+    chime_id last = chime__nodes_id(&ns, idx);
+    cr_assert(eq(u64, last >> 32, UINT32_MAX));
+    chime__nodes_give(&ns, idx);
+    cr_assert(eq(u32, ns.retired, 1));
+    cr_assert(chime__nodes_check(&ns) == NULL, "%s", chime__nodes_check(&ns));
+    for (int i = 0; i < 3; i++) {
+        uint32_t other = take();
+        cr_assert(ne(u32, other, idx), "a retired node was handed out again");
+        chime__nodes_give(&ns, other);
+    }
+    cr_assert(eq(u32, chime__nodes_find(&ns, last), CHIME__NIL));
+    cr_assert(eq(u32, chime__nodes_find(&ns, before_last), CHIME__NIL));
+    cr_assert(eq(u32, chime__nodes_find(&ns, UINT64_C(1) << 32 | idx), CHIME__NIL));
+    cr_assert(not(chime__nodes_reset(&ns)), "no generation above the last to start again at");
+    cr_assert(chime__nodes_check(&ns) == NULL, "%s", chime__nodes_check(&ns));
 }
 
 Test(nodes, grows_by_remapping_and_finds_nothing_beyond_what_it_handed_out)

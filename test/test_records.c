@@ -16,6 +16,7 @@
 
 #include "rng.h"
 #include "runtime/records.h"
+#include "runtime/records_impl.h" /* the chunk table: which chunks are held */
 #include "runtime/state.h"
 #include "tap.h"
 
@@ -107,6 +108,39 @@ static void a_taken_record_is_named_by_its_id_until_it_is_given_back(void)
     chime__records_destroy(&r);
 }
 
+/* A record given back at the last generation would come back at a wrapped one, where an id of its
+ * first life matches again: it is retired instead, and its ids stay dead. */
+static void a_record_given_back_at_its_last_generation_is_retired_and_its_ids_stay_dead(void)
+{
+    CHECK_EQ(chime__records_init(&r), 0);
+    uint32_t idx = take_live(0, NULL);
+    chime__records_balance(&r); /* a producer is taking: records given back go to its stack */
+    _Atomic uint64_t *st = &chime__records_at(&r, idx)->state;
+    uint64_t s = atomic_load(st);
+    atomic_store(st, (s & UINT32_MAX) | (uint64_t)(UINT32_MAX - 1) << 32); /* 2^32 - 2 reuses on */
+    chime_id before_last = chime__records_id(atomic_load(st), idx);
+    give(idx);
+    chime__records_flush(&r);
+    chime_id last;
+    CHECK_EQ(take_live(0, &last), idx); /* LIFO: the same record, at the last generation */
+    CHECK_EQ(last >> 32, UINT32_MAX);
+    give(idx);
+    chime__records_flush(&r);
+    CHECK_EQ(r.retired, 1);
+    for (int i = 0; i < 3; i++) {
+        uint32_t other = take_live(0, NULL);
+        CHECK(other != idx, "a retired record was handed out again");
+        give(other);
+        chime__records_flush(&r);
+    }
+    CHECK(!id_is_live(last) && !id_is_live(before_last), "an id of the retired record is live");
+    CHECK(!id_is_live(UINT64_C(1) << 32 | idx), "the first generation's id is live");
+    check();
+    chime__records_close(&r);
+    CHECK_EQ(chime__records_taken(&r), 0); /* retired is not taken: a stop would wait for it */
+    chime__records_destroy(&r);
+}
+
 static void every_record_taken_is_distinct_and_shards_lend_to_each_other(void)
 {
     CHECK_EQ(chime__records_init(&r), 0);
@@ -144,15 +178,26 @@ static void every_record_taken_is_distinct_and_shards_lend_to_each_other(void)
     chime__records_destroy(&r);
 }
 
-static void memory_goes_back_in_idle_steps_and_old_ids_stay_dead(void)
+/* Twelve chunks' worth of records, live, taken over every shard (the ids in ids_of_many): a fresh
+ * pool, one balance after the takes (a producer's demand). */
+enum { MANY = 12 * CHIME__REC_CHUNK };
+static uint32_t many[MANY];
+static chime_id ids_of_many[MANY];
+
+static void take_many(void)
 {
     CHECK_EQ(chime__records_init(&r), 0);
-    enum { N = 12 * CHIME__REC_CHUNK };
-    static uint32_t idx[N];
-    static chime_id ids[N];
-    for (uint32_t i = 0; i < N; i++)
-        idx[i] = take_live(i % CHIME__SHARDS, &ids[i]);
+    for (uint32_t i = 0; i < MANY; i++)
+        many[i] = take_live(i % CHIME__SHARDS, &ids_of_many[i]);
     chime__records_balance(&r);
+}
+
+static void memory_goes_back_in_idle_steps_and_old_ids_stay_dead(void)
+{
+    enum { N = MANY };
+    uint32_t *idx = many;
+    chime_id *ids = ids_of_many;
+    take_many();
     size_t peak = chime__records_capacity(&r);
     CHECK(peak >= N, "capacity %zu below %u", peak, N);
     /* Timers end in a shuffled order, an iteration per 1024: while the producers' demand lasts the
@@ -178,6 +223,36 @@ static void memory_goes_back_in_idle_steps_and_old_ids_stay_dead(void)
     check();
     for (uint32_t i = 0; i < N; i++)
         CHECK(!id_is_live(ids[i]), "id %u names a record of a reused chunk", i);
+    chime__records_destroy(&r);
+}
+
+/* A chunk one of whose records reached the last generation is not released: grown again, it would
+ * start its records at generation 1, and the ids of their first life would name them again. */
+static void a_chunk_at_the_last_generation_is_kept_and_no_first_id_comes_back(void)
+{
+    enum { N = MANY };
+    uint32_t *idx = many;
+    chime_id *ids = ids_of_many;
+    take_many();
+    uint32_t top = idx[N - 1]; /* a record of a chunk far above the watermark once all end */
+    _Atomic uint64_t *st = &chime__records_at(&r, top)->state;
+    uint64_t s = atomic_load(st);
+    atomic_store(st, (s & UINT32_MAX) | (uint64_t)(UINT32_MAX - 1) << 32); /* freed: the last */
+    for (uint32_t i = 0; i < N; i++)
+        give(idx[i]);
+    for (int i = 0; i < 20; i++)
+        chime__records_balance(&r); /* the demand halves at each: gone, the watermark falls */
+    idle_until_done();
+    check();
+    uint32_t c = top >> CHIME__REC_CHUNK_SHIFT;
+    CHECK(chunk_state(&r, c) == USED, "chunk %u, at the last generation, was released", c);
+    size_t after = chime__records_capacity(&r);
+    printf("# %zu records held after idle work (the reserve, and chunk %u)\n", after, c);
+    for (uint32_t i = 0; i < N; i++)
+        take_live(i % CHIME__SHARDS, NULL);
+    check();
+    for (uint32_t i = 0; i < N; i++)
+        CHECK(!id_is_live(ids[i]), "id %u names a record again after the pool grew", i);
     chime__records_destroy(&r);
 }
 
@@ -335,6 +410,10 @@ int main(void)
 {
     static const struct tap_test tests[] = {
         { "a taken record is named by its id until it is given back", a_taken_record_is_named_by_its_id_until_it_is_given_back },
+        { "a record given back at its last generation is retired and its ids stay dead",
+          a_record_given_back_at_its_last_generation_is_retired_and_its_ids_stay_dead },
+        { "a chunk at the last generation is kept and no first id comes back",
+          a_chunk_at_the_last_generation_is_kept_and_no_first_id_comes_back },
         { "every record taken is distinct and shards lend to each other", every_record_taken_is_distinct_and_shards_lend_to_each_other },
         { "memory goes back in idle steps and old ids stay dead", memory_goes_back_in_idle_steps_and_old_ids_stay_dead },
         { "with no demand records gather by chunk and need no sweep", with_no_demand_records_gather_by_chunk_and_need_no_sweep },

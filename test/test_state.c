@@ -193,8 +193,10 @@ static void requeue_and_freed_keep_the_queue_and_the_generations_right(void)
     uint64_t s = chime__state_freed(&word);
     CHECK_EQ(s, chime__state_free(GEN + 1, 3));
     EXPECT_WORD(s);
+    /* At the last generation it stays there, free: wrapping would revive the record's first ids
+     * (the pool retires it: test_records). */
     set(chime__state_free(UINT32_MAX, 3) | CHIME__LIFE_DONE);
-    CHECK_EQ(chime__gen(chime__state_freed(&word)), 1); /* generation 0 is skipped */
+    CHECK_EQ(chime__state_freed(&word), chime__state_free(UINT32_MAX, 3));
 }
 
 /* ---- races on real threads ---- */

@@ -47,11 +47,17 @@ void chime__records_give(struct chime__records *r, uint32_t idx)
     uint32_t c = idx >> CHIME__REC_CHUNK_SHIFT;
     struct chime__chunk *ch = &r->chunk[c];
     rec->pos = CHIME__REC_UNPLACED;
+    /* relaxed: the word is this thread's now (state.h, freed: no transition races it) */
+    uint32_t gen_was = chime__gen(atomic_load_explicit(&rec->state, memory_order_relaxed));
     uint64_t s = chime__state_freed(&rec->state);
     if (chime__gen(s) > ch->gen_max)
         ch->gen_max = chime__gen(s);
     ch->live--;
     r->live--;
+    if (chime__gen(s) == gen_was) { /* the last generation: retired, on no list (records.h) */
+        r->retired++;
+        return;
+    }
     if (!r->demand || c >= r->watermark) {
         keep_private(r, c, idx); /* nobody is taking, or its chunk is beyond what live records need */
         return;
@@ -188,10 +194,12 @@ static void release(void *base, size_t unit, uint32_t from, uint32_t to)
 }
 
 /* A chunk above the watermark whose every record is on its private list: none is live, none can be
- * taken. */
+ * taken. Not one that has reached the last generation: grown again, it would have none above to
+ * start at (records.h). */
 static bool releasable(const struct chime__records *r, uint32_t c)
 {
-    return c >= r->watermark && chunk_state(r, c) == USED && r->chunk[c].nfree == CHIME__REC_CHUNK;
+    return c >= r->watermark && chunk_state(r, c) == USED &&
+           r->chunk[c].nfree == CHIME__REC_CHUNK && r->chunk[c].gen_max != UINT32_MAX;
 }
 
 /* Give back the highest run of releasable chunks, at most RELEASE_RUN of them (one madvise per array:

@@ -238,7 +238,7 @@ size_t chime__records_taken(struct chime__records *r)
     size_t n = 0;
     for (unsigned s = 0; s < CHIME__SHARDS; s++)
         n += r->give[s].count;
-    return chime__records_capacity(r) - count_stacks(r) - r->nprivate - n;
+    return chime__records_capacity(r) - count_stacks(r) - r->nprivate - r->retired - n;
 }
 
 void chime__records_each(struct chime__records *r, void (*fn)(void *ctx, uint32_t idx), void *ctx)

@@ -22,7 +22,10 @@
  * against `committed` and an add. A chunk given back is madvise(MADV_DONTNEED)-ed: its memory leaves
  * the process and its pages read as zeros, and a zero state word has generation 0, which no id carries,
  * so a stale or forged id reads mapped memory and gets -ENOENT. A chunk reused later starts its
- * generations above the highest it reached, so no old id comes back to life.
+ * generations above the highest it reached, so no old id comes back to life. A record given back at
+ * the last generation (UINT32_MAX) is retired: never handed out again (a next generation would wrap
+ * and revive its first ids: found in review), and its chunk is never released. 48 bytes per 2^32
+ * reuses of one record.
  *
  * FREE RECORDS sit on CHIME__SHARDS Treiber stacks linked by index (a tag in the head word against
  * ABA). A thread takes from its own shard's stack, so producers on different threads do not contend;
@@ -133,6 +136,7 @@ struct chime__records {
     size_t known, known_seen;                /* records ever taken in; at the last balance */
     size_t demand;                           /* records taken in per iteration, recently */
     size_t nprivate;                         /* records on private lists, all chunks */
+    size_t retired;                          /* records given back at the last generation */
     uint32_t watermark;                      /* chunks below it feed the stacks */
     uint32_t low_free;                       /* no private list below this chunk */
     bool sweep_wanted;                       /* the watermark fell since the last sweep began */

@@ -49,7 +49,9 @@
  *     claim             advancing    PENDING                     DONE (stop's sweep, a drained periodic)
  *     end_on_drain      advancing    PENDING +RUN                +E -P (a draining stop meets a running one)
  *     requeue           advancing    any (owned)                 +Q +R; push unless Q was set
- *     freed             advancing    any (given back)            FREE, generation + 1
+ *     freed             advancing    any (given back)            FREE, generation + 1; at the last
+ *                                                               generation FREE as it is, and the
+ *                                                               record is retired (records.h)
  *
  * WHO WINS EACH RACE
  *   - cancel against fire (and against stop's claim): both are a CAS from PENDING, so exactly one
@@ -345,13 +347,16 @@ static inline uint32_t chime__gen_next(uint32_t gen)
 
 /*
  * freed: the advancing thread gives the record back: FREE, next generation, same shard; every id
- * naming it stops matching. Return: the new state. relaxed: the free stack's push (release) publishes
- * it to the next taker; a stale id's holder needs nothing but the word.
+ * naming it stops matching. At the last generation (UINT32_MAX) it stays there, FREE: the next one
+ * would wrap, and an id of the record's first life would match again, so the caller retires the
+ * record instead of handing it out (records.h). Return: the new state. relaxed: the free stack's
+ * push (release) publishes it to the next taker; a stale id's holder needs nothing but the word.
  */
 static inline uint64_t chime__state_freed(_Atomic uint64_t *st)
 {
     uint64_t s = atomic_load_explicit(st, memory_order_relaxed); /* ours: no transition races it */
-    uint64_t ns = chime__state_free(chime__gen_next(chime__gen(s)), chime__shard(s));
+    uint32_t gen = chime__gen(s);
+    uint64_t ns = chime__state_free(gen == UINT32_MAX ? gen : gen + 1, chime__shard(s));
     atomic_store_explicit(st, ns, memory_order_relaxed);
     return ns;
 }

@@ -81,8 +81,8 @@ int chime__nodes_grow_periods(struct chime__nodes *ns, uint32_t idx)
 
 bool chime__nodes_reset(struct chime__nodes *ns)
 {
-    if (ns->used || !ns->top)
-        return false;
+    if (ns->used || !ns->top || ns->gen_max == UINT32_MAX)
+        return false; /* in use, nothing to give, or no generation left to start above */
     /* Whole pages only: the mapping's tail past top may share a page with nothing. */
     chime__unmap_pages(ns->v, mapping_bytes(ns->top, sizeof(*ns->v)));
     chime__unmap_pages(ns->call, mapping_bytes(ns->top, sizeof(*ns->call)));
@@ -90,7 +90,8 @@ bool chime__nodes_reset(struct chime__nodes *ns)
         chime__unmap_pages(ns->period, mapping_bytes(ns->period_cap, sizeof(*ns->period)));
     ns->top = 0;
     ns->free_head = CHIME__NIL;
-    ns->gen_floor = ns->gen_max + 1 ? ns->gen_max + 1 : 1; /* wraps only after 2^32 reuses */
+    ns->retired = 0;
+    ns->gen_floor = ns->gen_max + 1;
     ns->gen_max = ns->gen_floor;
     return true;
 }
@@ -106,8 +107,8 @@ const char *chime__nodes_check(const struct chime__nodes *ns)
         if (++free_count > ns->top)
             return "free list cycles";
     }
-    if (free_count + ns->used != ns->top)
-        return "nodes lost: free plus used is not top";
+    if (free_count + ns->used + ns->retired != ns->top)
+        return "nodes lost: free plus used plus retired is not top";
     if (ns->top > ns->cap || ns->top > ns->call_cap)
         return "top beyond the mappings";
     return NULL;

@@ -19,12 +19,15 @@
  * never used yet are handed out from `top` upwards. A periodic timer's period lives in a third,
  * parallel mapping that is touched only where periodic timers are: one-shot timers carry none.
  *
- * An id is (generation << 32) | index. A node's generation is bumped every time the node is freed
- * (skipping 0, so no id is ever 0): an id of a fired or cancelled timer stops matching the moment its
- * node is freed, whoever reuses the node later. Generations are 32 bits, so an id could be mistaken
- * for a newer one only after its node has been reused 2^32 times. chime__nodes_reset() gives every
- * page back once no node is in use; nodes handed out afterwards start above the highest generation
- * ever used, so no old id comes back to life.
+ * An id is (generation << 32) | index, and no id is 0: generations start at 1. A node's generation
+ * is bumped every time the node is freed: an id of a fired or cancelled timer stops matching the
+ * moment its node is freed, whoever reuses the node later. A node freed at the last generation
+ * (UINT32_MAX) is retired instead, never handed out again: a next generation would have to wrap
+ * and could match an id of its first life (a stale id then cancelled another timer, found in
+ * review: 2^32 - 1 reuses of one node take a minute of churn). It costs 32 bytes per 2^32 reuses.
+ * chime__nodes_reset() gives every page back once no node is in use; nodes handed out afterwards
+ * start above the highest generation ever used, so no old id comes back to life; once a generation
+ * has reached the last one, there is none above it, and the wheel keeps its pages.
  *
  * Not thread-safe: the nodes belong to one wheel.
  */
@@ -69,6 +72,7 @@ struct chime__nodes {
     uint32_t top;             /* nodes [0, top) have been handed out since the last reset */
     uint32_t free_head;       /* first free node below top, or CHIME__NIL */
     uint32_t used;            /* nodes handed out and not given back */
+    uint32_t retired;         /* nodes given back at the last generation: never handed out again */
     uint32_t gen_floor;       /* the generation a node gets the first time it is handed out */
     uint32_t gen_max;         /* the highest generation any node has had */
 };
@@ -156,13 +160,16 @@ static inline void chime__nodes_attach(const struct chime__nodes *ns, struct chi
 static inline void chime__nodes_give(struct chime__nodes *ns, uint32_t idx)
 {
     struct chime__wnode *h = &ns->v[idx];
-    uint32_t gen = h->gen + 1 ? h->gen + 1 : 1; /* 0 is skipped: no id is ever 0 */
-    h->gen = gen;
-    ns->gen_max = gen > ns->gen_max ? gen : ns->gen_max;
     h->pos = CHIME__POS_FREE;
+    ns->used--;
+    if (h->gen == UINT32_MAX) { /* no generation left: retired (see above) */
+        ns->retired++;
+        return;
+    }
+    uint32_t gen = ++h->gen;
+    ns->gen_max = gen > ns->gen_max ? gen : ns->gen_max;
     h->deadline = ns->free_head;
     ns->free_head = idx;
-    ns->used--;
 }
 
 static inline chime_id chime__nodes_id(const struct chime__nodes *ns, uint32_t idx)
@@ -184,8 +191,9 @@ static inline uint32_t chime__nodes_find(const struct chime__nodes *ns, chime_id
 }
 
 /*
- * If no node is in use, give every page back to the system and start again from index 0 (at new
- * generations). Return: true if memory was given back. O(1) system calls.
+ * If no node is in use and a generation is left above every one used, give every page back to the
+ * system and start again from index 0 (at new generations). Return: true if memory was given back.
+ * O(1) system calls.
  */
 bool chime__nodes_reset(struct chime__nodes *ns);
 
