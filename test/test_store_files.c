@@ -14,6 +14,7 @@
 
 #include "store/backend.h"
 #include "store/format.h"
+#include "store/io.h"
 
 #define SESSIONS 4 /* sessions build the journal; session k's puts end in segment k */
 #define KEYS 5     /* puts per session: keys s<k>-<i> */
@@ -267,6 +268,40 @@ static void a_run_cut_at_a_record_boundary_or_grown_refuses_to_open_ebadmsg(void
     }
 }
 
+/* The journal's size (chime_store_stats' bytes) counted by several threads at once, on one
+ * descriptor of the directory: each listing reads the directory through a description of its own,
+ * so none sees another's position (a dup shared it: two listings interleaved, and one found no
+ * files at all; found in review). */
+enum { SIZE_ROUNDS = 2000 };
+static int sized_dir;
+static uint64_t size_want;
+
+static void *size_again_and_again(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < SIZE_ROUNDS; i++)
+        if (chime__io_dir_bytes(sized_dir) != size_want)
+            return (void *)1;
+    return NULL;
+}
+
+static void the_journals_size_counted_on_two_threads_at_once_is_whole_on_each(void)
+{
+    fresh_copy();
+    sized_dir = chime__io_open_dir(scratch);
+    CHECK(sized_dir >= 0, "open %s: %d", scratch, sized_dir);
+    size_want = chime__io_dir_bytes(sized_dir);
+    CHECK(size_want > 0, "an empty journal");
+    pthread_t t[2];
+    void *wrong[2];
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(pthread_create(&t[i], NULL, size_again_and_again, NULL), 0);
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(pthread_join(t[i], &wrong[i]), 0);
+    CHECK(!wrong[0] && !wrong[1], "a count of the journal's bytes missed files");
+    chime__io_close(sized_dir);
+}
+
 static const struct tap_test tests[] = {
     { "the_intact_journal_opens_with_every_key", the_intact_journal_opens_with_every_key },
     { "a_lost_run_refuses_to_open_ebadmsg", a_lost_run_refuses_to_open_ebadmsg },
@@ -278,6 +313,8 @@ static const struct tap_test tests[] = {
       the_newest_files_lost_refuse_to_open_ebadmsg },
     { "a_lost_head_refuses_to_open_ebadmsg", a_lost_head_refuses_to_open_ebadmsg },
     { "a_torn_head_slot_falls_back_to_the_other", a_torn_head_slot_falls_back_to_the_other },
+    { "the_journals_size_counted_on_two_threads_at_once_is_whole_on_each",
+      the_journals_size_counted_on_two_threads_at_once_is_whole_on_each },
 };
 
 int main(void)

@@ -265,7 +265,10 @@ int chime__io_size(int fd, uint64_t *size)
 int chime__io_list(int dir, int (*fn)(void *ctx, const char *name), void *ctx)
 {
     CHECK_FAULT(CHIME_IO_READ, ".", dir);
-    int fd = dup(dir); /* closedir closes it; the journal keeps its own */
+    /* A description of its own, so that its position is its own: a dup would share the journal's,
+     * and two listings at once (two callers of chime_store_stats) would read past each other's
+     * entries (found in review). closedir closes it. */
+    int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     DIR *d = fdopendir(fd);
@@ -274,7 +277,6 @@ int chime__io_list(int dir, int (*fn)(void *ctx, const char *name), void *ctx)
         close(fd);
         return err;
     }
-    rewinddir(d);
     int rc = 0;
     errno = 0;
     for (struct dirent *e; !rc && (e = readdir(d));) {
