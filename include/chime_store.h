@@ -183,9 +183,10 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  *         With cfg->postgres: -ENOTSUP if this build has no PostgreSQL support (libpq);
  *         -ECONNREFUSED if the database cannot be reached (open does not wait for it); -ENOENT if it
  *         has no schema `chime` (run chime-store --postgres CONNINFO init); -EPROTO if the schema is
- *         another version; -EINVAL also if cfg->shards differs from the schema's or cfg->node is
- *         empty or over 63 bytes; -EBUSY if a live process already uses cfg->node; -EIO if the
- *         database rejects chime's statements.
+ *         another version; -EINVAL also if cfg->postgres is not a connection string libpq can
+ *         parse, cfg->shards differs from the schema's, or cfg->node is empty or over 63 bytes;
+ *         -EBUSY if a live process already uses cfg->node; -EIO if the database rejects chime's
+ *         statements.
  * Complexity: O(records in the journal) to replay: the journal is read once (4.4 to 6.5 M records/s
  *             on a 2-core VM: 10^7 timers in 2.5 to 3 s; see docs/perf.md, "Reopen"); plus
  *             O(timers due within the horizon) to load them. The key index is rebuilt one table at

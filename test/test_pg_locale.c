@@ -9,10 +9,12 @@
  * The server speaks German here: the locale is compiled into a temporary directory with localedef
  * (Debian's package locales holds its definition) and reaches the server through LOCPATH; the
  * database is set to lc_messages 'de_DE.UTF-8', and the test checks that an error comes back
- * translated before it relies on it. Without the definition the test skips.
+ * translated before it relies on it. Then the application does, for libpq's own messages: a
+ * malformed connection string is still -EINVAL. Without the definition the test skips.
  */
 #include "pg_test.h"
 
+#include <locale.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -43,6 +45,26 @@ static void test_a_put_beyond_the_partitions_on_a_german_server_makes_its_partit
     CHECK_EQ(chime_store_close(s), 0);
     recorder_free(&rec);
     PQfinish(c);
+}
+
+/* The client's language as well: libpq writes its own messages in the application's. */
+static void test_a_malformed_connection_string_is_einval_in_a_german_application(void)
+{
+    const char *bad = "host=127.0.0.1 port"; /* no "=" after port */
+    CHECK(setlocale(LC_MESSAGES, "de_DE.UTF-8") != NULL, "setlocale");
+    char *text = NULL;
+    PQconninfoOption *o = PQconninfoParse(bad, &text);
+    CHECK(!o && text, "libpq parsed %s", bad);
+    printf("# libpq's error for it: %s", text);
+    CHECK(!strstr(text, "missing"), "libpq does not speak German");
+    PQfreemem(text);
+    recorder_init(&rec, NULL);
+    struct chime_store_config cfg;
+    pg_node_config(&cfg, bad, "a", 2 * SEC, 0);
+    chime_store *s = NULL;
+    CHECK_EQ(pg_open_config(&s, &cfg, &rec), -EINVAL);
+    recorder_free(&rec);
+    setlocale(LC_MESSAGES, "C");
 }
 
 /* Compile de_DE.UTF-8 into dir. Return: whether it worked. */
@@ -77,6 +99,8 @@ int main(void)
         static const struct tap_test tests[] = {
             { "a_put_beyond_the_partitions_on_a_german_server_makes_its_partition",
               test_a_put_beyond_the_partitions_on_a_german_server_makes_its_partition },
+            { "a_malformed_connection_string_is_einval_in_a_german_application",
+              test_a_malformed_connection_string_is_einval_in_a_german_application },
         };
         rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
     }

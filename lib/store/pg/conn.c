@@ -183,14 +183,24 @@ PGconn *chime__pg_connectdb(const char *conninfo, const char *app)
 
 int chime__pg_connect(struct pg_conn *pc)
 {
-    char app[128], set[200];
+    char app[128], set[200], *parse_err = NULL;
+    /* A malformed string is -EINVAL, told by libpq's parser rather than by its message, which is
+     * in the application's language (test_pg_locale). */
+    PQconninfoOption *parsed = PQconninfoParse(pc->conninfo, &parse_err);
+    if (!parsed) {
+        int err = parse_err ? -EINVAL : -ENOMEM;
+        PQfreemem(parse_err);
+        return err;
+    }
+    PQconninfoFree(parsed);
     snprintf(app, sizeof app, "chime %s %s", pc->node ? pc->node : "-", pc->role);
     pc->c = chime__pg_connectdb(pc->conninfo, app);
     pc->prepared = 0;
     if (!pc->c)
         return -ENOMEM;
     if (PQstatus(pc->c) != CONNECTION_OK) {
-        /* A malformed string fails before any network: say -EINVAL for it. */
+        /* What the parser above lets through and the connection refuses before any network
+         * (a port that is not a number: libpq's English message, the C locale's). */
         const char *msg = PQerrorMessage(pc->c);
         int bad = strstr(msg, "invalid connection option") || strstr(msg, "missing \"=\"") ||
                   strstr(msg, "unterminated quoted string") || strstr(msg, "invalid URI") ||
