@@ -77,6 +77,7 @@ static void *putter(void *arg)
         struct chime__put p = { key, strlen(key), payload, PAYLOAD, due, 0, 0, 0 };
         struct chime__put_result res;
         uint64_t ticket;
+        CHECK_EQ(chime__journal_ops.admit(b), 0); /* as the logic does before a user's put */
         CHECK_EQ(chime__journal_ops.put(b, &p, &res, &ticket), 0);
     }
     atomic_store(&putter_done, 1);

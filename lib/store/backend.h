@@ -187,6 +187,15 @@ struct chime__backend_ops {
                 const struct chime__sink *sink);
 
     /*
+     * Hold a user's call back (put, cancel, requeue, dead-letter drop) while the backend is too far
+     * behind to take more records (the journal: its flusher, compact.c, THROTTLE). The logic calls
+     * it before it locks anything: a wait under a key's stripe lock held up every firing that
+     * needed the stripe, and with callbacks on the advancing thread every timer (found in review).
+     * NULL: never waits. Return: 0, or the sticky error (D5).
+     */
+    int (*admit)(struct chime__backend *b);
+
+    /*
      * Record a put (D1). Replaces the key's pending timer if there is one (reported in
      * res->replaced), even one whose firing is recorded (its handler runs on; its ack and retry then
      * change nothing), unless if_version says otherwise.

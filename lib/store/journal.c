@@ -108,18 +108,20 @@ static int lookup(struct chime__backend *j, enum chime__index_table t, const str
     return found < 0 ? index_failed(j, found) : found;
 }
 
+static int j_admit(struct chime__backend *j)
+{
+    return chime__journal_throttle(j); /* a user's call; a retry (the logic's put) is not held */
+}
+
 static int j_put(struct chime__backend *j, const struct chime__put *p, struct chime__put_result *res,
                  uint64_t *ticket)
 {
-    int err = p->if_version ? 0 : chime__journal_throttle(j); /* a retry is not held back */
-    if (err)
-        return err;
     struct chime__ikey k;
     struct chime__islot at = { 0, 0, 0, 0, 0 };
     chime__index_key(j->ix, p->key, p->key_len, &k);
     chime__index_lock(j->ix, &k);
     uint64_t lsn = 0;
-    err = chime__journal_error(j);
+    int err = chime__journal_error(j);
     if (!err) /* grow the table first, if it must: once the record is in the log, nothing may fail */
         err = index_grow_failed(j, chime__index_reserve(j->ix, CHIME__IX_PENDING, &k));
     if (!err) /* one probe: the slot found is the one written after the append */
@@ -148,15 +150,12 @@ static int j_put(struct chime__backend *j, const struct chime__put *p, struct ch
 static int j_cancel(struct chime__backend *j, const void *key, size_t key_len, uint64_t firing,
                     struct chime__ref *victim, uint64_t *ticket)
 {
-    int err = chime__journal_throttle(j);
-    if (err)
-        return err;
     struct chime__ikey k;
     chime__index_key(j->ix, key, key_len, &k);
     chime__index_lock(j->ix, &k);
     struct chime__islot at = { 0, 0, 0, 0, 0 };
     uint64_t lsn = 0;
-    err = chime__journal_error(j);
+    int err = chime__journal_error(j);
     /* One probe, the only read: the slot found is the one deleted after the append, which reads
      * and writes nothing (index.h), so nothing can fail once the record is in the log. */
     if (!err)
@@ -580,6 +579,7 @@ const struct chime__backend_ops chime__journal_ops = {
     .name = "journal",
     .fire_batch = 4096, /* fire + ack, 10^6 due at once: about 1.07x 1024's (docs/perf.md) */
     .open = j_open,
+    .admit = j_admit,
     .put = j_put,
     .cancel = j_cancel,
     .wait = j_wait,

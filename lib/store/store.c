@@ -243,6 +243,8 @@ static int begin(chime_store *s, const void *key, size_t key_len, uint64_t *hash
                  struct hot_stripe **st)
 {
     int err = check_call(s, key, key_len);
+    if (!err && s->ops->admit) /* before any lock: it may wait for the backend (backend.h) */
+        err = s->ops->admit(s->b);
     if (err)
         return err;
     *hash = chime__store_hash(s, key, key_len);
