@@ -77,7 +77,11 @@ static void place(chime_timer *t, uint32_t idx, uint64_t s, struct drain_clock *
 {
     struct chime__rec *rec = rec_of(t, idx);
     /* relaxed: apply's acquire saw R after the write was published (by the push, or by
-     * reschedule_end), and nobody writes it again before R is set anew. */
+     * reschedule_end). A reschedule may set R again and write a new deadline after apply's
+     * compare-and-swap and before this load (found in review): this placing may then read the new
+     * value with the old state's D, and put the timer at the wrong tick, but the reschedule found
+     * Q clear and pushes the record, whose next apply places it right, and R makes any firing
+     * meanwhile a drop: a wasted placing, never an early or a lost firing. */
     uint64_t ns = atomic_load_explicit(&rec->deadline_ns, memory_order_relaxed), tick;
     if ((s & CHIME__ST_D) && (s & CHIME__ST_KNOWN)) {
         tick = rec->deadline;
