@@ -305,6 +305,8 @@ void *chime__wal_writer_main(void *arg)
                 w->cfg.failed(w->cfg.ctx, err);
             fail_locked(w, err);
         }
+        if (err) /* its own write or sync failed: nothing more is written (FAILURE) */
+            w->failed_outside = 0;
         if (w->error) /* this batch's, or the journal's: never reported durable */
             continue;
         w->durable = end;
