@@ -83,17 +83,23 @@ static inline char *tmpdir_make_fast(const char *tag)
     return tmpdir_make(tag);
 }
 
-/* Whether fd's path (in /proc) contains `part`: "/wal-" for the log's segments, "/run-" for
- * runs. */
+/* fd's path (from /proc) in path[n]. Return: whether there is one. */
+static inline bool fd_path(int fd, char *path, size_t n)
+{
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t len = readlink(link, path, n - 1);
+    if (len <= 0)
+        return false;
+    path[len] = 0;
+    return true;
+}
+
+/* Whether fd's path contains `part`: "/wal-" for the log's segments, "/run-" for runs. */
 static inline int is_file(int fd, const char *part)
 {
-    char link[64], path[512];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, path, sizeof path - 1);
-    if (n <= 0)
-        return 0;
-    path[n] = 0;
-    return strstr(path, part) != NULL;
+    char path[512];
+    return fd_path(fd, path, sizeof path) && strstr(path, part) != NULL;
 }
 
 /* How many of this process's descriptors is(fd) accepts. */

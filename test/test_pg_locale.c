@@ -86,8 +86,8 @@ static bool make_locale(const char *dir)
 
 int main(void)
 {
-    char dir[] = "/tmp/chime-locale-XXXXXX";
-    if (!mkdtemp(dir) || chmod(dir, 0755) != 0) { /* the server's user reads it */
+    char *dir = tmpdir_make("locale");
+    if (!dir || chmod(dir, 0755) != 0) { /* the server's user reads it */
         printf("Bail out! no temporary directory\n");
         return 1;
     }
@@ -104,9 +104,7 @@ int main(void)
         };
         rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
     }
-    char cmd[80];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        printf("# could not remove %s\n", dir);
+    pg_util_remove_dir(dir); /* the locale is a directory of files and directories */
+    free(dir);
     return rc;
 }

@@ -108,6 +108,13 @@ static void a_taken_record_is_named_by_its_id_until_it_is_given_back(void)
     chime__records_destroy(&r);
 }
 
+/* Give record idx's state word generation gen, as 2^32 - 1 - gen reuses from the last would. */
+static void set_generation(uint32_t idx, uint32_t gen)
+{
+    _Atomic uint64_t *st = &chime__records_at(&r, idx)->state;
+    atomic_store(st, (atomic_load(st) & UINT32_MAX) | (uint64_t)gen << 32);
+}
+
 /* A record given back at the last generation would come back at a wrapped one, where an id of its
  * first life matches again: it is retired instead, and its ids stay dead. */
 static void a_record_given_back_at_its_last_generation_is_retired_and_its_ids_stay_dead(void)
@@ -115,10 +122,8 @@ static void a_record_given_back_at_its_last_generation_is_retired_and_its_ids_st
     CHECK_EQ(chime__records_init(&r), 0);
     uint32_t idx = take_live(0, NULL);
     chime__records_balance(&r); /* a producer is taking: records given back go to its stack */
-    _Atomic uint64_t *st = &chime__records_at(&r, idx)->state;
-    uint64_t s = atomic_load(st);
-    atomic_store(st, (s & UINT32_MAX) | (uint64_t)(UINT32_MAX - 1) << 32); /* 2^32 - 2 reuses on */
-    chime_id before_last = chime__records_id(atomic_load(st), idx);
+    set_generation(idx, UINT32_MAX - 1);
+    chime_id before_last = chime__records_id(atomic_load(&chime__records_at(&r, idx)->state), idx);
     give(idx);
     chime__records_flush(&r);
     chime_id last;
@@ -192,19 +197,27 @@ static void take_many(void)
     chime__records_balance(&r);
 }
 
+/* After take_many's records ended: the pool grows again to as many, and no id of take_many's
+ * names a record now. */
+static void take_many_again(void)
+{
+    for (uint32_t i = 0; i < MANY; i++)
+        take_live(i % CHIME__SHARDS, NULL);
+    check();
+    for (uint32_t i = 0; i < MANY; i++)
+        CHECK(!id_is_live(ids_of_many[i]), "id %u names a record again after the pool grew", i);
+}
+
 static void memory_goes_back_in_idle_steps_and_old_ids_stay_dead(void)
 {
-    enum { N = MANY };
-    uint32_t *idx = many;
-    chime_id *ids = ids_of_many;
     take_many();
     size_t peak = chime__records_capacity(&r);
-    CHECK(peak >= N, "capacity %zu below %u", peak, N);
+    CHECK(peak >= MANY, "capacity %zu below %u", peak, MANY);
     /* Timers end in a shuffled order, an iteration per 1024: while the producers' demand lasts the
      * records go to the stacks (the sweep has work then), afterwards to their chunks' lists. */
-    shuffle(idx, N, 42);
-    for (uint32_t i = 0; i < N; i++) {
-        give(idx[i]);
+    shuffle(many, MANY, 42);
+    for (uint32_t i = 0; i < MANY; i++) {
+        give(many[i]);
         if (i % 1024 == 1023)
             chime__records_balance(&r);
     }
@@ -215,14 +228,9 @@ static void memory_goes_back_in_idle_steps_and_old_ids_stay_dead(void)
     size_t after = chime__records_capacity(&r);
     printf("# capacity %zu records at the peak, %zu after %u idle steps\n", peak, after, steps);
     CHECK(after <= (CHIME__REC_RESERVE + 1) * CHIME__REC_CHUNK, "%zu records still held", after);
-    for (uint32_t i = 0; i < N; i++)
-        CHECK(!id_is_live(ids[i]), "id %u lives after its record was released", i);
-    /* The pool grows again; no old id comes back to life on the reused chunks. */
-    for (uint32_t i = 0; i < N; i++)
-        take_live(i % CHIME__SHARDS, NULL);
-    check();
-    for (uint32_t i = 0; i < N; i++)
-        CHECK(!id_is_live(ids[i]), "id %u names a record of a reused chunk", i);
+    for (uint32_t i = 0; i < MANY; i++)
+        CHECK(!id_is_live(ids_of_many[i]), "id %u lives after its record was released", i);
+    take_many_again(); /* no old id comes back to life on the reused chunks */
     chime__records_destroy(&r);
 }
 
@@ -230,16 +238,11 @@ static void memory_goes_back_in_idle_steps_and_old_ids_stay_dead(void)
  * start its records at generation 1, and the ids of their first life would name them again. */
 static void a_chunk_at_the_last_generation_is_kept_and_no_first_id_comes_back(void)
 {
-    enum { N = MANY };
-    uint32_t *idx = many;
-    chime_id *ids = ids_of_many;
     take_many();
-    uint32_t top = idx[N - 1]; /* a record of a chunk far above the watermark once all end */
-    _Atomic uint64_t *st = &chime__records_at(&r, top)->state;
-    uint64_t s = atomic_load(st);
-    atomic_store(st, (s & UINT32_MAX) | (uint64_t)(UINT32_MAX - 1) << 32); /* freed: the last */
-    for (uint32_t i = 0; i < N; i++)
-        give(idx[i]);
+    uint32_t top = many[MANY - 1]; /* a record of a chunk far above the watermark once all end */
+    set_generation(top, UINT32_MAX - 1); /* freed, it reaches the last */
+    for (uint32_t i = 0; i < MANY; i++)
+        give(many[i]);
     for (int i = 0; i < 20; i++)
         chime__records_balance(&r); /* the demand halves at each: gone, the watermark falls */
     idle_until_done();
@@ -248,11 +251,7 @@ static void a_chunk_at_the_last_generation_is_kept_and_no_first_id_comes_back(vo
     CHECK(chunk_state(&r, c) == USED, "chunk %u, at the last generation, was released", c);
     size_t after = chime__records_capacity(&r);
     printf("# %zu records held after idle work (the reserve, and chunk %u)\n", after, c);
-    for (uint32_t i = 0; i < N; i++)
-        take_live(i % CHIME__SHARDS, NULL);
-    check();
-    for (uint32_t i = 0; i < N; i++)
-        CHECK(!id_is_live(ids[i]), "id %u names a record again after the pool grew", i);
+    take_many_again();
     chime__records_destroy(&r);
 }
 

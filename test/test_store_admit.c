@@ -13,28 +13,16 @@
  * stripe. The clock then steps past their due time, and every one must fire while the put is
  * still held. A hang here is the failure (the watchdog names it); the test waits on conditions.
  */
+#include "journal_util.h"
 #include "store_api.h"
 
-#include "store/journal.h"
-#include "store/store.h"
-
 #define PAYLOAD 4000
-
-static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t hook_cond = PTHREAD_COND_INITIALIZER;
-static int released, flusher_held;
 
 static int hold_flusher(void *ctx, enum chime__io_op op, const char *name, int fd)
 {
     (void)ctx;
     (void)fd;
-    if (op != CHIME_IO_OPEN || !name || !strstr(name, ".tmp")) /* the flusher writes a run */
-        return 0;
-    pthread_mutex_lock(&hook_lock);
-    flusher_held = 1;
-    while (!released)
-        pthread_cond_wait(&hook_cond, &hook_lock);
-    pthread_mutex_unlock(&hook_lock);
+    flusher_gate(op, name);
     return 0;
 }
 
@@ -54,14 +42,6 @@ static void *putter(void *arg)
     }
     atomic_store(&putter_done, 1);
     return NULL;
-}
-
-static uint64_t throttled(void)
-{
-    pthread_mutex_lock(&store->b->lock);
-    uint64_t n = store->b->throttled;
-    pthread_mutex_unlock(&store->b->lock);
-    return n;
 }
 
 static void timers_fire_while_a_put_waits_for_the_flusher(void)
@@ -89,22 +69,12 @@ static void timers_fire_while_a_put_waits_for_the_flusher(void)
     }
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, putter, NULL), 0);
-    for (;;) { /* a poll: the putter, the log's writer and the flusher run on their own */
-        pthread_mutex_lock(&hook_lock);
-        int held = flusher_held;
-        pthread_mutex_unlock(&hook_lock);
-        if (held && throttled())
-            break;
-        CHECK(!atomic_load(&putter_done), "every put went through: none was held back");
-        sleep_ms(1);
-    }
+    flusher_gate_wait_throttled(store->b, &putter_done);
     fake_freeze(store, now + 2 * SEC); /* every timer is due */
     recorder_wait(&rec, (size_t)timers);
-    CHECK(throttled() > 0, "the put was let through before the timers fired: nothing shown");
-    pthread_mutex_lock(&hook_lock);
-    released = 1;
-    pthread_cond_broadcast(&hook_cond);
-    pthread_mutex_unlock(&hook_lock);
+    CHECK(journal_throttled(store->b) > 0,
+          "the put was let through before the timers fired: nothing shown");
+    flusher_gate_release();
     CHECK_EQ(pthread_join(t, NULL), 0);
     CHECK_EQ(chime_store_close(store), 0);
     chime__io_set_fault(NULL, NULL);

@@ -18,10 +18,9 @@
 
 static char *dir;
 
-/* The hook's state: the flusher held or not, and the segment files (wal-*) that exist. */
+/* The hook's state besides the gate (journal_util.h): the segment files (wal-*) that exist. */
 static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t hook_cond = PTHREAD_COND_INITIALIZER;
-static int released, flusher_held;
+static pthread_cond_t hook_cond = PTHREAD_COND_INITIALIZER; /* hold_writes' (the second test) */
 static char segments[64][32];
 static int nsegments;
 
@@ -34,12 +33,9 @@ static int hold_flusher(void *ctx, enum chime__io_op op, const char *name, int f
 {
     (void)ctx;
     (void)fd;
+    flusher_gate(op, name);
     pthread_mutex_lock(&hook_lock);
-    if (op == CHIME_IO_OPEN && name && strstr(name, ".tmp")) { /* the flusher writes a run */
-        flusher_held = 1;
-        while (!released)
-            pthread_cond_wait(&hook_cond, &hook_lock);
-    } else if (op == CHIME_IO_OPEN && is_segment(name)) {
+    if (op == CHIME_IO_OPEN && is_segment(name)) {
         int seen = 0;
         for (int i = 0; i < nsegments; i++)
             seen |= !strcmp(segments[i], name);
@@ -105,20 +101,7 @@ static void puts_wait_for_a_held_flusher_before_segments_pile_up(void)
     struct chime__backend *b = journal_open_hourly(dir);
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, putter, b), 0);
-    /* Wait until the flusher is held and a put is held back (a poll: the putter, the log's writer
-     * and the flusher run on their own). Held back then, the put waits for a flush. */
-    for (;;) {
-        pthread_mutex_lock(&hook_lock);
-        int held = flusher_held;
-        pthread_mutex_unlock(&hook_lock);
-        pthread_mutex_lock(&b->lock);
-        uint64_t throttled = b->throttled;
-        pthread_mutex_unlock(&b->lock);
-        if (held && throttled)
-            break;
-        CHECK(!atomic_load(&putter_done), "every put went through: none was held back");
-        sleep_ms(1);
-    }
+    flusher_gate_wait_throttled(b, &putter_done); /* held back then, the put waits for a flush */
     /* Held there, what the log holds unwritten goes to segments of its own once written, the
      * flusher held or not: it counts with the files. The throttle let the last put through when
      * the sealed segments waiting plus the whole segments of unwritten records numbered at most
@@ -136,9 +119,8 @@ static void puts_wait_for_a_held_flusher_before_segments_pile_up(void)
     CHECK(admitted <= CHIME__JOURNAL_BACKLOG_MAX + 5,
           "admitted: %d segment files and %llu bytes unwritten, %d segments in all", nsegments,
           (unsigned long long)unwritten, admitted);
-    released = 1;
-    pthread_cond_broadcast(&hook_cond);
     pthread_mutex_unlock(&hook_lock);
+    flusher_gate_release();
     CHECK_EQ(pthread_join(t, NULL), 0);
     CHECK_EQ(chime__journal_ops.sync(b), 0);
     CHECK_EQ(chime__journal_ops.close(b), 0);

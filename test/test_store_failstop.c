@@ -30,13 +30,8 @@ static struct {
 /* Whether fd is the journal's directory itself (is_file would also take the files in it). */
 static int is_dir(int fd)
 {
-    char link[64], path[PATH_MAX];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, path, sizeof path - 1);
-    if (n <= 0)
-        return 0;
-    path[n] = 0;
-    return !strcmp(path, real_dir);
+    char path[PATH_MAX];
+    return fd_path(fd, path, sizeof path) && !strcmp(path, real_dir);
 }
 
 static int hook(void *ctx, enum chime__io_op op, const char *name, int fd)

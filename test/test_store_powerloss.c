@@ -116,10 +116,8 @@ static struct inode *inode_of(uint64_t ino)
 /* A file's fsync: it holds what it holds now. */
 static void synced_file(int fd, const struct stat *st)
 {
-    char link[64], path[512];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, path, sizeof path - 1);
-    path[n > 0 ? n : 0] = 0;
+    char path[512] = "";
+    fd_path(fd, path, sizeof path);
     const char *base = strrchr(path, '/');
     if (base && !strcmp(base, "/HEAD")) {
         sh->head_ino = (uint64_t)st->st_ino;
