@@ -94,8 +94,9 @@ struct chime_store_config {            /* zero fields mean the defaults */
     uint64_t sync_interval_ns;         /* 0 = 1 ms; CHIME_SYNC_INTERVAL only */
     uint64_t horizon_ns;               /* timers due later than now + horizon are kept on disk only;
                                           0 = 1 hour; at least 1 s (smaller values are raised to it) */
-    uint64_t max_fires_per_s;          /* handlers started per second at most (a restart after a long
-                                          outage must not flood downstream); 0 = no limit */
+    uint64_t max_fires_per_s;          /* handlers started per second at most, in bursts of at most
+                                          max(1, rate/100) (a restart after a long outage must not
+                                          flood downstream); 0 = no limit */
     unsigned max_attempts;             /* firings of one timer at most: a retry asked for after the
                                           last one, or a restart finding the last one unacknowledged,
                                           sends it to the dead letters instead; 0 = 10 */
@@ -228,9 +229,10 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
  * Cancel key's pending timer. Returns 0 exactly when the handler will not start for that key (again):
  * it had not started (a timer that fired and waits for max_fires_per_s has not started). A firing is
  * recorded a lead before its due time, so that its commit is over and the handler can start on time:
- * from then on it is starting, and cannot be cancelled. The lead follows how long the backend's
- * commits take (the longest of the last 10 to 20 s, plus a tick; 50 ms until 10 s of commits have
- * been timed, from the first firing after open): 2 ms on a quick disk, at most 50 ms
+ * from then on it is starting, and cannot be cancelled (with max_fires_per_s, its start may come
+ * after its due time, up to about the lead plus 1/max_fires_per_s). The lead follows how long the
+ * backend's commits take (the longest of the last 10 to 20 s, plus a tick; 50 ms until 10 s of
+ * commits have been timed, from the first firing after open): 2 ms on a quick disk, at most 50 ms
  * (chime_store_stats reports it).
  * Return: 0 (with CHIME_SYNC_EACH: the cancel is on stable storage, and no crash can undo it);
  *         -ENOENT if key has no pending timer (never put, fired and acknowledged, cancelled, or in the

@@ -9,7 +9,20 @@
  */
 #include "store_api.h"
 
+#include <inttypes.h>
+
 #include "store/store.h"
+
+/* Sort n wall-clock times in place (workers may record out of order). */
+static void sort_times(uint64_t *t, size_t n)
+{
+    for (size_t i = 1; i < n; i++)
+        for (size_t k = i; k && t[k] < t[k - 1]; k--) {
+            uint64_t x = t[k];
+            t[k] = t[k - 1];
+            t[k - 1] = x;
+        }
+}
 
 static void the_rate_limit_bounds_handler_starts_over_any_interval(void)
 {
@@ -31,15 +44,42 @@ static void the_rate_limit_bounds_handler_starts_over_any_interval(void)
     uint64_t starts[24];
     for (size_t i = 0; i < n; i++)
         starts[i] = rec.f[i].at_wall;
-    for (size_t i = 1; i < n; i++) /* sort: workers may record out of order */
-        for (size_t k = i; k && starts[k] < starts[k - 1]; k--) {
-            uint64_t t = starts[k];
-            starts[k] = starts[k - 1];
-            starts[k - 1] = t;
-        }
+    sort_times(starts, n);
     for (size_t k = 1; k <= n; k++) /* k starts by starts[k-1]: at most 1 + rate * elapsed */
         CHECK((k - 1) * SEC <= rate * (starts[k - 1] - opened), "start %zu came %.3f s after open",
               k, (double)(starts[k - 1] - opened) / 1e9);
+}
+
+/* Found in review: firings are recorded up to the lead (2 to 50 ms) before their due time, and
+ * every handler of a due time started at it, so the tokens of the whole lead started at once: at
+ * 100/s, 5 handlers within 0.06 ms where the bucket allows 1. No handler starts before the due
+ * time, so by the k-th start (from 1), at most cap + rate * (its time - due) may have started.
+ * Slowness only makes starts later. */
+static void handlers_due_at_one_instant_start_within_the_rate(void)
+{
+    fresh();
+    const uint64_t rate = 1000, cap = rate / 100; /* fire.c: at most max(1, rate/100) stored */
+    enum { N = 40 };
+    struct chime_store_config cfg = { .max_fires_per_s = rate };
+    chime_store *s = open_store(&cfg);
+    uint64_t due = wall_ns() + 300 * MS; /* past the lead's longest (50 ms), to fill the bucket */
+    for (size_t i = 0; i < N; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "d%zu", i);
+        CHECK_EQ(put(s, key, "x", due), 0);
+    }
+    recorder_wait(&rec, N);
+    CHECK_EQ(chime_store_close(s), 0);
+    uint64_t starts[N];
+    for (size_t i = 0; i < N; i++) {
+        starts[i] = rec.f[i].at_wall;
+        CHECK(starts[i] >= due, "a handler started %" PRIu64 " ns early", due - starts[i]);
+    }
+    sort_times(starts, N);
+    for (size_t k = cap + 1; k <= N; k++)
+        CHECK((k - cap) * SEC <= rate * (starts[k - 1] - due),
+              "start %zu came %.3f ms after the due time: %zu started by then", k,
+              (double)(starts[k - 1] - due) / 1e6, k);
 }
 
 /* The rate limit's clock (chime__store_set_rate_clock): it stands still until the test moves it,
@@ -185,6 +225,8 @@ static void a_timer_queued_by_the_rate_limit_through_a_step_back_stays_cancellab
 static const struct tap_test tests[] = {
     { "the_rate_limit_bounds_handler_starts_over_any_interval",
       the_rate_limit_bounds_handler_starts_over_any_interval },
+    { "handlers_due_at_one_instant_start_within_the_rate",
+      handlers_due_at_one_instant_start_within_the_rate },
     { "a_timer_cancelled_in_the_queue_spends_no_token",
       a_timer_cancelled_in_the_queue_spends_no_token },
     { "a_timer_queued_by_the_rate_limit_through_a_step_back_stays_cancellable",

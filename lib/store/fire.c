@@ -18,7 +18,10 @@
  * the runtime as a timer due at once: it runs on a worker (or the advancing thread). One commit
  * serves a whole batch. A token pays for a handler handed out: one taken whose handler does not
  * start (cancelled or replaced while queued, armed again after a step back, refused by the
- * backend) goes back to the bucket.
+ * backend) goes back to the bucket. The bucket bounds the firings recorded; since a firing is
+ * recorded up to the lead (below) before its handler starts, the starts are paced as well (pace()):
+ * each handler handed out is given the earliest start, at or after its due time, that keeps the
+ * starts of any t seconds to rate * t + the bucket's capacity.
  *
  * LEAD. Recording a firing costs a commit (an fdatasync: 0.2 ms on a quiet disk, milliseconds on a
  * busy one, tens at its worst), and the handler may not start before it is durable. So a loaded
@@ -288,7 +291,10 @@ void (*chime__store_rewait_hook)(uint64_t wall);
  * Return: 0, or nonzero if the runtime refused (rid is 0 then). */
 static int schedule_handler(struct chime_store *s, struct hot *e)
 {
-    if (chime_timer_schedule_at(s->rt, mono_for(s, e->due_ns), run_handler, e, &e->rid) == 0)
+    uint64_t at = mono_for(s, e->due_ns);
+    if (e->pace_ns) /* the rate limit's pacing: after the due time, or after now if that passed */
+        at = (at ? at : mono_ns()) + e->pace_ns;
+    if (chime_timer_schedule_at(s->rt, at, run_handler, e, &e->rid) == 0)
         return 0;
     e->rid = 0;
     return -1;
@@ -350,6 +356,28 @@ struct dispatch_buf {
     struct chime__firing f[BATCH]; /* their firings, for the backend */
 };
 
+/* The rate limit at the handlers' starts (THE DISPATCHER): how long after its due time (or after
+ * now, if that has passed) the handler of a firing just recorded must start. The bucket lets
+ * firings be recorded at the rate, but a firing is recorded up to the lead before its due time,
+ * so the handlers of the firings recorded during one lead would start together at their due time
+ * (found in review: 5 within 0.06 ms at 100/s, where the bucket holds 1). So the starts are
+ * spaced as a bucket of the same rate and capacity would let them through (the generic cell rate
+ * algorithm): pace_next is the start that the next handler would have at the rate, and a handler
+ * may start up to capacity - 1 spacings before it. On rate_clock, whose time of this decision is
+ * tokens_at (allowance read it; a test counts its reads). The dispatcher's alone. */
+static uint64_t pace(struct chime_store *s, uint64_t due, uint64_t wall_now)
+{
+    uint64_t rate = s->cfg.max_fires_per_s;
+    uint64_t cap = rate / 100 > 1 ? rate / 100 : 1; /* as allowance's */
+    /* rounded up: never faster than the rate */
+    uint64_t spacing = rate < NS_PER_S ? (NS_PER_S + rate - 1) / rate : 1;
+    uint64_t early = (cap - 1) * spacing;
+    uint64_t want = s->tokens_at + (due > wall_now ? due - wall_now : 0);
+    uint64_t start = s->pace_next > want + early ? s->pace_next - early : want;
+    s->pace_next = (s->pace_next > start ? s->pace_next : start) + spacing;
+    return start - want;
+}
+
 /* Record the firings of a batch taken from the queue and hand out their handlers. Return: how many
  * were handed out (the rest were cancelled or replaced while queued, armed again for a clock that
  * stepped back, or refused by the backend: no handler of theirs starts). */
@@ -408,6 +436,7 @@ static size_t fire_batch(struct chime_store *s, struct dispatch_buf *d, size_t n
         }
         e->state = HOT_RUNNING;
         e->attempt = f[i].attempt;
+        e->pace_ns = s->cfg.max_fires_per_s ? pace(s, e->due_ns, now) : 0;
         atomic_fetch_add_explicit(&s->running, 1, memory_order_relaxed); /* see handler_ended */
         st->fired++;
         started++;
