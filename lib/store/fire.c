@@ -292,8 +292,8 @@ void (*chime__store_rewait_hook)(uint64_t wall);
 static int schedule_handler(struct chime_store *s, struct hot *e)
 {
     uint64_t at = mono_for(s, e->due_ns);
-    if (e->pace_ns) /* the rate limit's pacing: after the due time, or after now if that passed */
-        at = (at ? at : mono_ns()) + e->pace_ns;
+    if (e->start_mono > at) /* the rate limit's pacing (pace) */
+        at = e->start_mono;
     if (chime_timer_schedule_at(s->rt, at, run_handler, e, &e->rid) == 0)
         return 0;
     e->rid = 0;
@@ -356,26 +356,27 @@ struct dispatch_buf {
     struct chime__firing f[BATCH]; /* their firings, for the backend */
 };
 
-/* The rate limit at the handlers' starts (THE DISPATCHER): how long after its due time (or after
- * now, if that has passed) the handler of a firing just recorded must start. The bucket lets
- * firings be recorded at the rate, but a firing is recorded up to the lead before its due time,
- * so the handlers of the firings recorded during one lead would start together at their due time
- * (found in review: 5 within 0.06 ms at 100/s, where the bucket holds 1). So the starts are
- * spaced as a bucket of the same rate and capacity would let them through (the generic cell rate
+/* The rate limit at the handlers' starts (THE DISPATCHER): when, on CLOCK_MONOTONIC, the handler
+ * of a firing just recorded may start, due_ns being wall_now's time mono_now. The bucket lets
+ * firings be recorded at the rate, but a firing is recorded up to the lead before its due time, so
+ * the handlers of the firings recorded during one lead would start together at their due time
+ * (found in review: 5 within 0.06 ms at 100/s, where the bucket holds 1). So the starts are spaced
+ * as a bucket of the same rate and capacity would let them through (the generic cell rate
  * algorithm): pace_next is the start that the next handler would have at the rate, and a handler
- * may start up to capacity - 1 spacings before it. On rate_clock, whose time of this decision is
- * tokens_at (allowance read it; a test counts its reads). The dispatcher's alone. */
-static uint64_t pace(struct chime_store *s, uint64_t due, uint64_t wall_now)
+ * may start up to capacity - 1 spacings before it. In absolute time, so that the time the firings'
+ * commit took does not move one batch's starts closer to the last's. On the real clock, not on
+ * rate_clock (a test's may stand still). The dispatcher's alone. */
+static uint64_t pace(struct chime_store *s, uint64_t due, uint64_t wall_now, uint64_t mono_now)
 {
     uint64_t rate = s->cfg.max_fires_per_s;
     uint64_t cap = rate / 100 > 1 ? rate / 100 : 1; /* as allowance's */
     /* rounded up: never faster than the rate */
     uint64_t spacing = rate < NS_PER_S ? (NS_PER_S + rate - 1) / rate : 1;
     uint64_t early = (cap - 1) * spacing;
-    uint64_t want = s->tokens_at + (due > wall_now ? due - wall_now : 0);
+    uint64_t want = mono_now + (due > wall_now ? due - wall_now : 0);
     uint64_t start = s->pace_next > want + early ? s->pace_next - early : want;
     s->pace_next = (s->pace_next > start ? s->pace_next : start) + spacing;
-    return start - want;
+    return start;
 }
 
 /* Record the firings of a batch taken from the queue and hand out their handlers. Return: how many
@@ -386,7 +387,7 @@ static size_t fire_batch(struct chime_store *s, struct dispatch_buf *d, size_t n
     struct hot **batch = d->batch, **live = d->live;
     struct chime__firing *f = d->f;
     size_t k = 0;
-    uint64_t now = s->wall();
+    uint64_t now = s->wall(), now_mono = mono_ns();
     for (size_t i = 0; i < n; i++) {
         struct hot *e = batch[i];
         struct hot_stripe *st = chime__store_stripe(s, e->hash);
@@ -436,7 +437,7 @@ static size_t fire_batch(struct chime_store *s, struct dispatch_buf *d, size_t n
         }
         e->state = HOT_RUNNING;
         e->attempt = f[i].attempt;
-        e->pace_ns = s->cfg.max_fires_per_s ? pace(s, e->due_ns, now) : 0;
+        e->start_mono = s->cfg.max_fires_per_s ? pace(s, e->due_ns, now, now_mono) : 0;
         atomic_fetch_add_explicit(&s->running, 1, memory_order_relaxed); /* see handler_ended */
         st->fired++;
         started++;

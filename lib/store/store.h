@@ -55,8 +55,8 @@ struct hot {
     chime_id rid;          /* ARMED: the runtime timer calling chime__store_due (0: could not be
                               armed; the keeper retries). RUNNING: the one calling the handler (0
                               once it has begun) */
-    uint64_t pace_ns;      /* RUNNING: how long after its due time (or its firing, if later) its
-                              handler starts, so that starts keep to the rate limit (fire.c) */
+    uint64_t start_mono;   /* RUNNING: CLOCK_MONOTONIC time before which its handler does not
+                              start, so that starts keep to the rate limit (fire.c, pace); 0: none */
     uint32_t attempt;      /* firings recorded (RUNNING: the number of this firing) */
     uint8_t state;
     uint8_t detached;
@@ -137,7 +137,7 @@ struct chime_store {
     double tokens;                 /* the rate limit's bucket */
     uint64_t tokens_at;            /* rate_clock's time when last refilled */
     uint64_t (*rate_clock)(void);  /* the bucket's: CLOCK_MONOTONIC, or a test's */
-    uint64_t pace_next;            /* rate_clock's time of the next handler's start at the rate */
+    uint64_t pace_next;            /* CLOCK_MONOTONIC: the next handler's start at the rate */
     struct chime__lead lead;       /* how long before its due time a firing is recorded (lead.h) */
 
     /* acknowledgements queued in a burst (acks.c) */
