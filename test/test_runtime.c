@@ -452,6 +452,33 @@ static void a_timer_whose_placing_runs_out_of_memory_fires_once_on_time(void)
     chime_timer_free(t);
 }
 
+/* Found in review: a record whose placing ran out of memory was queued again at the queue's tail,
+ * so the records popped after it were placed first: A, B, C, scheduled in that order by one
+ * thread for one deadline, fired as B, C, A. (The next allocation is A's slot array.) */
+static chime_timer *oom_rt;
+static void schedule_three_then_fail(void *arg)
+{
+    (void)arg;
+    for (uintptr_t tag = 1; tag <= 3; tag++)
+        CHECK_EQ(chime_timer_schedule_at(oom_rt, 500 * MS, log_fire, TAG(tag), NULL), 0);
+    chime__alloc_fail_after(0);
+}
+
+static void equal_deadlines_keep_their_order_through_a_placing_out_of_memory(void)
+{
+    oom_rt = start(NULL, 100 * MS);
+    log_reset();
+    CHECK_EQ(chime_timer_schedule_at(oom_rt, 200 * MS, schedule_three_then_fail, NULL, NULL), 0);
+    set_time(oom_rt, 200 * MS); /* the callback runs on the advancing thread */
+    set_time(oom_rt, 201 * MS); /* A, B, C taken in: A's placing fails once */
+    chime__alloc_fail_after(-1);
+    set_time(oom_rt, 500 * MS);
+    CHECK_EQ(atomic_load(&log_n), 3);
+    for (size_t i = 0; i < 3; i++)
+        CHECK(log_tag[i] == i + 1, "firing %zu was of timer %lu", i, (unsigned long)log_tag[i]);
+    chime_timer_free(oom_rt);
+}
+
 static void memory_waits_while_a_deadline_is_near_and_goes_back_once_none_is(void)
 {
     struct chime_timer_config c = { .tick_ns = MS / 100 };
@@ -546,6 +573,7 @@ int main(void)
         { "a thread that cannot start is ECHILD with its own text", a_thread_that_cannot_start_is_echild_with_its_own_text },
         { "now is the runtime clock and schedule_at pairs with it", now_is_the_runtime_clock_and_schedule_at_pairs_with_it },
         { "a timer whose placing runs out of memory fires once on time", a_timer_whose_placing_runs_out_of_memory_fires_once_on_time },
+        { "equal deadlines keep their order through a placing out of memory", equal_deadlines_keep_their_order_through_a_placing_out_of_memory },
         { "memory waits while a deadline is near and goes back once none is", memory_waits_while_a_deadline_is_near_and_goes_back_once_none_is },
         { "a storm of replacements does not make the pool drain what producers need", a_storm_of_replacements_does_not_make_the_pool_drain_what_producers_need },
         { "bad input is a clear error and schedules nothing", bad_input_is_a_clear_error_and_schedules_nothing },

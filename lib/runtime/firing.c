@@ -10,11 +10,12 @@
  * dropped, knows there is nothing to remove.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "alloc.h"
 #include "runtime/timer.h"
 
-#define POP_BATCH 64 /* records a drain pops before it applies them */
+#define POP_BATCH CHIME__POP_BATCH
 /* chime__timer_drain_queued's bound: as thread.c's DRAIN_BATCH, about 0.1 ms of records, so that
  * a storm of schedules delays a due callback by little more than before. Beyond it (a backlog) due
  * callbacks come first, and a delay queued in it may wait for a batch of them. */
@@ -73,7 +74,7 @@ struct drain_clock {
  * the record comes back from a placing that ran out of memory, and keeps the tick it was given then
  * (rec->deadline, the thread's own while the record is out of the levels): counting the delay again
  * from a later clock would make it late (found in review). */
-static void place(chime_timer *t, uint32_t idx, uint64_t s, struct drain_clock *c)
+static bool place(chime_timer *t, uint32_t idx, uint64_t s, struct drain_clock *c)
 {
     struct chime__rec *rec = rec_of(t, idx);
     /* relaxed: apply's acquire saw R after the write was published (by the push, or by
@@ -102,19 +103,20 @@ static void place(chime_timer *t, uint32_t idx, uint64_t s, struct drain_clock *
         if (!err)
             chime__levels_add(&t->L);
     }
-    /* The levels could not grow a slot. The producer was told 0, so the timer must not be lost: have
-     * the record come back, and the next iteration tries again. */
-    if (err && chime__state_requeue(&rec->state))
-        chime__mpsc_push(&t->queue, idx);
+    /* The levels could not grow a slot. The producer was told 0, so the timer must not be lost: the
+     * record is queued again (Q), and the caller holds it, to try again before anything else. Unless
+     * Q was set already: then a reschedule or cancel pushes it, and a newer request wins anyway. */
+    return err && chime__state_requeue(&rec->state);
 }
 
-/* Apply a record popped from the queue before the drain clock c would be read. */
-static void apply(chime_timer *t, uint32_t idx, struct drain_clock *c)
+/* Apply a record popped from the queue before the drain clock c would be read. Return: true if its
+ * placing ran out of memory and it is queued again, for the caller to hold (place). */
+static bool apply(chime_timer *t, uint32_t idx, struct drain_clock *c)
 {
     struct chime__rec *rec = rec_of(t, idx);
     uint64_t s;
     if (!chime__state_apply(&rec->state, &s))
-        return; /* a reschedule is writing: out of the queue, and its writer pushes it back */
+        return false; /* a reschedule is writing: out of the queue, and its writer pushes it back */
     if (!(s & CHIME__ST_KNOWN)) {
         chime__records_known(&t->recs, idx);
         chime__stats_bump(&t->stats.scheduled);
@@ -126,30 +128,53 @@ static void apply(chime_timer *t, uint32_t idx, struct drain_clock *c)
             chime__stats_bump(&t->stats.cancelled);
             give_back(t, idx); /* a running periodic timer comes back when its run ends */
         }
-        return;
+        return false;
     case CHIME__LIFE_DONE:
         if (!(s & CHIME__ST_RUN))
             give_back(t, idx); /* ended by stop's sweep while it was queued */
-        return;
+        return false;
     case CHIME__LIFE_PENDING:
         if ((s & CHIME__ST_E) && !(s & CHIME__ST_RUN)) {
             uint64_t old = chime__state_claim(&rec->state);
             if (old)
                 chime__timer_end_unfired(t, idx, old); /* a Q in old was set after ours: its setter pushes */
-            return;
+            return false;
         }
-        if (s & CHIME__ST_R)
-            place(t, idx, s, c);
-        return;
+        return (s & CHIME__ST_R) && place(t, idx, s, c);
     default:
-        return; /* FREE: never queued */
+        return false; /* FREE: never queued */
     }
 }
 
-/* Apply up to limit queued records, or until record `last` (CHIME__MPSC_NIL: none) was popped.
- * Return: true if it stopped at the limit or at `last`. */
+/*
+ * Apply the n records at idx in order, until one's placing runs out of memory: that one and those
+ * after it become the held records (t->held), which the next drain applies first, still in order.
+ * Equal deadlines fire in the order applied, so a record that failed goes nowhere behind the ones
+ * popped after it (found in review: requeued at the queue's tail, A of a thread's A, B, C fired
+ * last). The held records are still queued as the state word says (Q): the one that failed was
+ * queued again by place(), the others have not been applied. Return: true if all were applied.
+ */
+static bool apply_in_order(chime_timer *t, const uint32_t *idx, size_t n)
+{
+    /* Read after the last pop (drain): for held records, later still. */
+    struct drain_clock c = { 0, false };
+    for (size_t i = 0; i < n; i++)
+        if (apply(t, idx[i], &c)) {
+            memmove(t->held, idx + i, (n - i) * sizeof *idx); /* idx may be t->held itself */
+            t->nheld = n - i;
+            return false;
+        }
+    t->nheld = 0;
+    return true;
+}
+
+/* Apply up to limit queued records, or until record `last` (CHIME__MPSC_NIL: none) was popped; the
+ * held records first. Return: true if it stopped at the limit or at `last`, or with records held
+ * (out of memory: the thread's next iteration tries again). */
 static bool drain(chime_timer *t, size_t limit, uint32_t last)
 {
+    if (t->nheld && !apply_in_order(t, t->held, t->nheld))
+        return true;
     uint32_t popped[POP_BATCH];
     for (size_t done = 0; done < limit;) {
         size_t want = limit - done < POP_BATCH ? limit - done : POP_BATCH, n = 0;
@@ -170,9 +195,8 @@ static bool drain(chime_timer *t, size_t limit, uint32_t last)
         }
         /* Applied in the order popped (equal deadlines fire in it), after the last pop: a relative
          * schedule's clock is read no sooner than that (drain_clock). */
-        struct drain_clock c = { 0, false };
-        for (size_t i = 0; i < n; i++)
-            apply(t, popped[i], &c);
+        if (!apply_in_order(t, popped, n))
+            return true;
         done += n;
         if (reached)
             return true;

@@ -37,6 +37,9 @@
 
 enum { CHIME__MODE_RUNNING = 0, CHIME__MODE_STOPPED = 3 }; /* and the chime_stop modes while stopping */
 
+/* Records a drain pops before it applies them (firing.c). */
+#define CHIME__POP_BATCH 64
+
 struct chime_timer {
     struct chime__records recs;   /* its shared parts on their own lines */
     struct chime__mpsc queue;
@@ -65,6 +68,9 @@ struct chime_timer {
 
     /* The advancing thread's own. */
     _Alignas(64) struct chime__levels L;
+    uint32_t held[CHIME__POP_BATCH]; /* popped and not applied: one whose placing ran out of memory,
+                                        then those popped after it (firing.c, drain) */
+    size_t nheld;
     pthread_t thread;
     bool closed;                    /* stop has begun: the pool is closed */
     bool idle_work;                 /* memory may be given back (records, slot arrays) */
