@@ -6,7 +6,35 @@
 
 #include "alloc.h"
 
-#define TAKE_MAX 32 /* items a worker takes per wake-up */
+#define TAKE_MAX 32   /* items a worker takes per wake-up */
+#define RING_MIN 1024 /* the ring's size at start, and what an idle pool shrinks it back to */
+
+/*
+ * Give back the room a backlog made (submit only grows the ring): called by a worker that found the
+ * pool idle, with the lock held, and returns with it held. Memory back after a burst (README; found
+ * in review: 200 000 callbacks handed to a busy worker kept 8 MiB for good). The allocator's work is
+ * done without the lock, which the advancing thread takes to hand callbacks out; the swap is made
+ * only if the ring is still empty then (out of memory, or items came: the big ring stays).
+ */
+static void shrink_idle(struct chime__workers *wk)
+{
+    if (wk->cap <= RING_MIN)
+        return;
+    pthread_mutex_unlock(&wk->lock);
+    struct chime__item *ring = chime__alloc(RING_MIN * sizeof(*ring)), *old = ring;
+    size_t old_cap = RING_MIN;
+    pthread_mutex_lock(&wk->lock);
+    if (ring && !wk->count && wk->cap > RING_MIN) {
+        old = wk->ring;
+        old_cap = wk->cap;
+        wk->ring = ring;
+        wk->cap = RING_MIN;
+        wk->head = 0;
+    }
+    pthread_mutex_unlock(&wk->lock);
+    chime__free(old, old_cap * sizeof(*old)); /* the old ring, or the new one if unused */
+    pthread_mutex_lock(&wk->lock);
+}
 
 static void *worker_main(void *p)
 {
@@ -34,6 +62,7 @@ static void *worker_main(void *p)
         pthread_mutex_lock(&wk->lock);
         wk->busy--;
         if (!wk->count && !wk->busy) {
+            shrink_idle(wk);
             pthread_mutex_unlock(&wk->lock);
             wk->idle(wk->ctx);
             pthread_mutex_lock(&wk->lock);
@@ -54,7 +83,8 @@ static void destroy(struct chime__workers *wk)
 int chime__workers_start(struct chime__workers *wk, unsigned n, chime__run_fn *run,
                          chime__idle_fn *idle, void *ctx)
 {
-    *wk = (struct chime__workers){ .n = n, .run = run, .idle = idle, .ctx = ctx, .cap = 1024 };
+    *wk = (struct chime__workers){ .n = n, .run = run, .idle = idle, .ctx = ctx,
+                                  .cap = RING_MIN };
     if (pthread_mutex_init(&wk->lock, NULL))
         return -ENOMEM;
     if (pthread_cond_init(&wk->work, NULL)) {
