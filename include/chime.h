@@ -130,7 +130,8 @@ CHIME_API int chime_wheel_new(chime_wheel **out, const struct chime_wheel_config
  * Destroy a wheel and every timer in it, calling on_unfired(arg) once for each pending timer so
  * the caller can release what it passed (one-shot and periodic alike; in no particular order).
  * @w: may be NULL (no-op).  @on_unfired: may be NULL.
- * Complexity: O(pending + slots).
+ * Complexity: O(the most timers ever pending at once + slots): the node arrays, which never shrink,
+ * are walked for the pending ones.
  * Thread safety: no other call on w may be running; must not be called from one of w's callbacks.
  */
 CHIME_API void chime_wheel_free(chime_wheel *w, chime_fn *on_unfired);
@@ -198,8 +199,8 @@ CHIME_API int chime_wheel_reschedule(chime_wheel *w, chime_id id, uint64_t deadl
  * so does a call from inside a callback.
  * If memory runs out while timers move down a level (or a periodic timer is re-armed), the advance
  * stops before that point with nothing lost, early or reordered: chime_wheel_next() then reports a
- * time at or before now (this call's argument; later than chime_wheel_now(), which stays before the
- * tick that could not be done), and the next advance carries on.
+ * time at or before now (this call's argument) and at or after chime_wheel_now(), which is at most
+ * the tick that could not be done, and the next advance carries on.
  * Return: how many callbacks ran.
  * Complexity: O(levels + slots holding timers + timers fired + timers cascaded), independent of the
  * number of ticks skipped: each timer cascades at most once per level above the one it ends in,

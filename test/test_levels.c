@@ -403,3 +403,29 @@ Test(oom, every_allocation_point_fails_cleanly_with_sized_frees_checked)
     cr_assert(gt(sz, (size_t)n, 20), "the script allocates at %ld points", n);
     fprintf(stderr, "oom: the script was run with each of its %ld allocations failing in turn\n", n);
 }
+
+/* Found in review: chime.h said chime_wheel_now() "stays before the tick that could not be done",
+ * but a level-0 slot is fired at its own tick, so when a periodic timer's re-arm there runs out of
+ * memory (the next allocation: the array of tick 15's slot), the wheel's time is that tick. What
+ * holds, and chime.h now says: the time is at most that tick, next() is between it and the
+ * advance's argument, nothing fired, and the next advance fires both timers. */
+Test(oom, a_failed_periodic_rearm_leaves_the_time_at_most_its_tick_and_next_due)
+{
+    chime_wheel *w;
+    cr_assert(eq(int, chime_wheel_new(&w, NULL), 0));
+    log_reset(w);
+    cr_assert(eq(int, chime_wheel_schedule_every(w, 5, 10, log_fire, TAG(1), NULL), 0));
+    cr_assert(eq(int, chime_wheel_schedule(w, 5, log_fire, TAG(2), NULL), 0));
+    chime__alloc_fail_after(0);
+    size_t ran = chime_wheel_advance(w, 7);
+    chime__alloc_fail_after(-1);
+    cr_assert(eq(sz, ran, 0), "the advance stops before the periodic timer, the first of its tick");
+    uint64_t next = 0;
+    cr_assert(eq(int, chime_wheel_next(w, &next), 0));
+    cr_expect(le(u64, chime_wheel_now(w), 5));
+    cr_expect(ge(u64, next, chime_wheel_now(w)));
+    cr_expect(le(u64, next, 7));
+    cr_assert(eq(sz, chime_wheel_advance(w, 7), 2)); /* nothing lost */
+    cr_expect(eq(sz, fired_count, 2));
+    chime_wheel_free(w, NULL);
+}
