@@ -92,7 +92,8 @@ struct chime_store_config {            /* zero fields mean the defaults */
                                           unless postgres is set */
     enum chime_sync sync;              /* 0 = CHIME_SYNC_EACH */
     uint64_t sync_interval_ns;         /* 0 = 1 ms; CHIME_SYNC_INTERVAL only */
-    uint64_t horizon_ns;               /* timers due later than now + horizon are kept on disk only;
+    uint64_t horizon_ns;               /* timers due later than now + horizon + horizon/8 are kept
+                                          on disk only (loads come horizon/8 at a time);
                                           0 = 1 hour; at least 1 s (smaller values are raised to it) */
     uint64_t max_fires_per_s;          /* handlers started per second at most, in bursts of at most
                                           max(1, rate/100) (a restart after a long outage must not
@@ -136,7 +137,9 @@ struct chime_fire {
     uint32_t attempt;       /* 1 the first time; more after a retry, or after a restart found it
                                fired but not acknowledged (a firing is recorded a lead of 2 to 50
                                ms before its due time: a crash in the lead counts it though the
-                               handler never ran).
+                               handler never ran, and so does a close that does not wait for a
+                               recorded handler because the wall clock stepped back past its lead;
+                               with max_attempts 1 such a timer goes to the dead letters unrun).
                                For a dead letter: the firings made */
     uint64_t fence;         /* the fencing token of this firing: 0 with the journal; with
                                PostgreSQL, epoch << 16 | shard, where epoch is the lease under which

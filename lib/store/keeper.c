@@ -178,11 +178,14 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
     return a + b < a ? UINT64_MAX : a + b;
 }
 
-/* The next boundary: now + horizon + a granule, rounded up to a whole granule. */
+/* The next boundary: now + horizon + a granule, rounded down to a whole granule: so above now +
+ * horizon, and at most a granule beyond it (rounded up, as it was, it reached two granules beyond
+ * after every load, and a put due that far was held in memory: found in review). Saturated, it
+ * stays UINT64_MAX (everything loaded). */
 static uint64_t target(const struct chime_store *s, uint64_t now)
 {
     uint64_t g = granule(s), t = add_sat(add_sat(now, s->cfg.horizon_ns), g);
-    return t % g == 0 ? t : add_sat(t - t % g, g);
+    return t == UINT64_MAX ? t : t - t % g;
 }
 
 int chime__store_first_load(struct chime_store *s)
