@@ -159,8 +159,10 @@ struct chime_fire {
 /*
  * A handler runs on the store's runtime (its advancing thread, or one of its workers), never twice at
  * once for the same key: a newer firing of a key whose handler is running waits for it to return. It
- * may call any chime_store_* function but chime_store_close on its own store. A long handler holds its
- * worker (and with no workers, the firing of every other timer) for as long as it runs.
+ * may call any chime_store_* function but chime_store_close on its own store; no handler starts
+ * before chime_store_open has written *out, so one that reads the store from where the application
+ * keeps it finds it there. A long handler holds its worker (and with no workers, the firing of
+ * every other timer) for as long as it runs.
  */
 typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
 

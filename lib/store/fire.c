@@ -509,7 +509,8 @@ static void *dispatcher_main(void *arg)
     struct dispatch_buf *d = s->dbuf;
     pthread_mutex_lock(&s->dlock);
     while (!s->dstop) {
-        if (!s->qhead || atomic_load_explicit(&s->error, memory_order_relaxed)) {
+        /* Not before open has handed the store out (lifecycle.c, `opened`). */
+        if (!s->qhead || !s->opened || atomic_load_explicit(&s->error, memory_order_relaxed)) {
             pthread_cond_wait(&s->dwork, &s->dlock);
             continue;
         }

@@ -262,9 +262,21 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
         free_store(s);
         return err;
     }
+    if (chime__store_open_hook)
+        chime__store_open_hook(s);
     *out = s;
+    /* Only now may handlers start: one that fires during open (an overdue timer the first load
+     * armed) may call chime_store_* on its store, which it knows from *out alone (found in review:
+     * on a restart after an outage, most handlers ran before open returned, and their calls got
+     * -EINVAL on the application's NULL). The dispatcher's wait for this is under dlock. */
+    pthread_mutex_lock(&s->dlock);
+    s->opened = 1;
+    pthread_cond_signal(&s->dwork);
+    pthread_mutex_unlock(&s->dlock);
     return 0;
 }
+
+void (*chime__store_open_hook)(struct chime_store *s);
 
 /* ---- close ---- */
 

@@ -133,6 +133,7 @@ struct chime_store {
     struct hot *qhead, *qtail;
     size_t qlen;
     int dstop;
+    int opened;                    /* open has handed the store out (*out): handlers may start */
     void *dbuf;                    /* the dispatcher's batch arrays (fire.c, struct dispatch_buf) */
     double tokens;                 /* the rate limit's bucket */
     uint64_t tokens_at;            /* rate_clock's time when last refilled */
@@ -273,6 +274,9 @@ extern void (*chime__store_tomb_hook)(void);
  * with its stripe locked: by a handler's runtime callback, and by the dispatcher for a queued one
  * (set while no store is open). */
 extern void (*chime__store_rewait_hook)(uint64_t wall);
+/* Test hook: called by open, on the opening thread, with everything started, just before it hands
+ * the store out (lifecycle.c). NULL: none. Set before opening. */
+extern void (*chime__store_open_hook)(struct chime_store *s);
 /* Test hook: the monotonic clock of the rate limit's token bucket for stores opened afterwards
  * (NULL: CLOCK_MONOTONIC), so that a test decides when tokens come (fire.c). The dispatcher's waits
  * for a token stay on CLOCK_MONOTONIC. */
