@@ -397,6 +397,33 @@ static void a_journal_of_format_version_1_is_refused_eproto(void)
     free(dir);
 }
 
+/* Found in review: formats 1 to 3 all predate the file HEAD (format.md), so a journal they wrote
+ * has none, and open read it as a damaged journal (-EBADMSG, "run chime-store verify") before
+ * looking at any file's version. Refused as another format now, with nothing changed: not even a
+ * *.tmp file (a run not yet renamed) is dropped. */
+static void a_journal_of_an_older_format_without_head_is_refused_eproto(void)
+{
+    dir = tmpdir_make("marks");
+    CHECK(dir != NULL, "mkdtemp");
+    struct chime_store_config cfg = { .path = dir };
+    chime_store *s;
+    CHECK_EQ(chime_store_open(&s, &cfg, ack, NULL), 0);
+    CHECK_EQ(chime_store_put(s, "k", 1, "p", 1, wall_ns() + 3600 * SEC), 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    make_version_1("wal-0000000000000001.log");
+    char path[600];
+    snprintf(path, sizeof path, "%s/HEAD", dir);
+    CHECK_EQ(unlink(path), 0);
+    snprintf(path, sizeof path, "%s/run-0000000000000001-0000000000000001.run.tmp", dir);
+    int fd = open(path, O_CREAT | O_WRONLY, 0644);
+    CHECK(fd >= 0, "create %s", path);
+    close(fd);
+    refused_as_version_1("wal-0000000000000001.log");
+    CHECK(access(path, F_OK) == 0, "the refused open dropped %s", path);
+    tmpdir_remove(dir);
+    free(dir);
+}
+
 /* The log's sealed callback for segment 1, late: as a writer thread descheduled between sealing
  * and calling back could be, it comes only once the journal counts the segment as sealed (a load's
  * flush_all does, after the seal returns) and the flusher has flushed it or failed. */
@@ -457,6 +484,8 @@ static const struct tap_test tests[] = {
       a_group_commit_split_across_two_segments_reopens_whole },
     { "a_journal_of_format_version_1_is_refused_eproto",
       a_journal_of_format_version_1_is_refused_eproto },
+    { "a_journal_of_an_older_format_without_head_is_refused_eproto",
+      a_journal_of_an_older_format_without_head_is_refused_eproto },
     { "a_lost_last_commit_is_refused_when_a_load_seals_its_segment",
       a_lost_last_commit_is_refused_when_a_load_seals_its_segment },
 };

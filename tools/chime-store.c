@@ -288,10 +288,21 @@ static int cmd_read(int dir, int dead, int count_only)
 }
 
 /* verify: one line per file, then a verdict. Return: 0 the journal opens; 1 it is damaged. */
+static void say_other_version(FILE *out)
+{
+    fprintf(out, "ANOTHER FORMAT VERSION: open refuses this journal (-EPROTO); this build reads "
+                 "version %d\n", CHIME__FORMAT_VERSION);
+}
+
 static int verify_once(int dir, FILE *out)
 {
     struct chime__journal_files f;
     int err = list_files(dir, &f);
+    if (err == -EPROTO) { /* HEAD, or a file of a journal with no HEAD (files.h): final */
+        chime__journal_files_free(&f);
+        say_other_version(out);
+        return 2;
+    }
     if (err) {
         chime__journal_files_free(&f);
         fprintf(stderr, "chime-store: %s\n", chime_strerror(err));
@@ -463,9 +474,7 @@ static int verify_once(int dir, FILE *out)
     fprintf(out, "total: %zu runs, %zu segments, %" PRIu64 " bytes, %" PRIu64 " records\n", f.nruns,
            f.nsegs, total, records);
     if (other_version)
-        fprintf(out,
-                "ANOTHER FORMAT VERSION: open refuses this journal (-EPROTO); this build reads "
-                "version %d\n", CHIME__FORMAT_VERSION);
+        say_other_version(out);
     else if (damaged)
         fprintf(out,
                 "DAMAGED: open refuses this journal (-EBADMSG); the first damage is named above\n");
@@ -503,6 +512,8 @@ static int cmd_verify(int dir)
             fwrite(text, 1, len, stdout);
         free(text);
     }
+    if (rc == 2)
+        return 1; /* another format version */
     if (rc == -ENOENT) {
         fprintf(stderr, "chime-store: the journal kept changing while it was read (a running "
                         "service); try again\n");

@@ -10,6 +10,7 @@
 #include "store/grow.h"
 #include "store/head.h"
 #include "store/io.h"
+#include "store/reader.h"
 
 struct listing {
     struct chime__journal_files *f;
@@ -23,7 +24,7 @@ static int list_one(void *ctx, const char *name)
     struct chime__journal_files *f = l->f;
     size_t len = strlen(name);
     if (len > 4 && !strcmp(name + len - 4, ".tmp"))
-        return l->drop_tmp ? chime__io_unlinkat(l->dir, name) : 0;
+        return 0; /* dropped once the listing is judged (chime__journal_files_list) */
     uint64_t lo, hi;
     switch (chime__parse_name(name, &lo, &hi)) {
     case 1:
@@ -63,6 +64,43 @@ static uint64_t follow(struct chime__journal_files *f, uint64_t expect, uint64_t
         f->missing = (struct chime__range){ expect, lo - 1 };
     }
     return hi + 1;
+}
+
+static int drop_one_tmp(void *ctx, const char *name)
+{
+    size_t len = strlen(name);
+    return len > 4 && !strcmp(name + len - 4, ".tmp") ? chime__io_unlinkat(*(int *)ctx, name) : 0;
+}
+
+/* Whether file `name` has a whole header of another format version. */
+static int other_version(int dir, const char *name)
+{
+    int fd;
+    uint64_t size;
+    struct chime__file_header h;
+    int err = chime__file_open(dir, name, &fd, &size, &h);
+    if (!err)
+        chime__io_close(fd);
+    return err == -EPROTO;
+}
+
+/* A chain that is not whole, or no HEAD, in a journal of an older format: formats before HEAD
+ * existed wrote none (format.md), so their journals read as headless. Return: -EPROTO if a listed
+ * file is of another format version, else 0. */
+static int older_format(int dir, const struct chime__journal_files *f)
+{
+    char name[CHIME__NAME_MAX];
+    for (size_t i = 0; i < f->nruns; i++) {
+        chime__run_name(name, f->runs[i].lo, f->runs[i].hi);
+        if (other_version(dir, name))
+            return -EPROTO;
+    }
+    for (size_t i = 0; i < f->nsegs; i++) {
+        chime__wal_name(name, f->segs[i]);
+        if (other_version(dir, name))
+            return -EPROTO;
+    }
+    return 0;
 }
 
 int chime__journal_files_list(int dir, struct chime__journal_files *f, int drop_tmp)
@@ -126,7 +164,9 @@ int chime__journal_files_list(int dir, struct chime__journal_files *f, int drop_
         f->chain = CHIME__CHAIN_GAP;
         f->missing = (struct chime__range){ expect, f->head };
     }
-    return 0;
+    if (f->chain != CHIME__CHAIN_WHOLE && (err = older_format(dir, f)) != 0)
+        return err; /* refused as another format, with nothing changed */
+    return drop_tmp ? chime__io_list(dir, drop_one_tmp, &dir) : 0;
 }
 
 void chime__journal_files_free(struct chime__journal_files *f)

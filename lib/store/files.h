@@ -53,11 +53,12 @@ struct chime__journal_files {
 /*
  * List directory dir into f (which chime__journal_files_free frees, whatever the return), HEAD read
  * first (files are only ever added above the head it held). *.tmp files (runs a crash left before
- * their rename) are no part of it; with drop_tmp they are deleted as they are found (open does; the
- * tool leaves them).
+ * their rename) are no part of it; with drop_tmp they are deleted once the listing is judged, not
+ * on -EPROTO (open does; the tool leaves them).
  * Return: 0 (f->chain says whether the chain is whole); -EBADMSG a file is named as a run the
- * journal never names one (lo 0 or above hi); -EPROTO HEAD is of another format version; -ENOMEM;
- * an error of the listing, of reading HEAD or of a deletion.
+ * journal never names one (lo 0 or above hi); -EPROTO HEAD is of another format version, or the
+ * chain is not whole (no HEAD: formats 1 to 3 wrote none, format.md) and a listed file's header is
+ * of another version; -ENOMEM; an error of the listing, of reading HEAD or of a deletion.
  */
 int chime__journal_files_list(int dir, struct chime__journal_files *f, int drop_tmp);
 void chime__journal_files_free(struct chime__journal_files *f);
