@@ -371,7 +371,8 @@ static void refused_as_version_1(const char *name)
     free(after);
 }
 
-static void a_journal_of_format_version_1_is_refused_eproto(void)
+/* A fresh dir holding a journal of one put, in its first segment (not flushed). */
+static void one_put_journal(void)
 {
     dir = tmpdir_make("marks");
     CHECK(dir != NULL, "mkdtemp");
@@ -380,6 +381,13 @@ static void a_journal_of_format_version_1_is_refused_eproto(void)
     CHECK_EQ(chime_store_open(&s, &cfg, ack, NULL), 0);
     CHECK_EQ(chime_store_put(s, "k", 1, "p", 1, wall_ns() + 3600 * SEC), 0);
     CHECK_EQ(chime_store_close(s), 0);
+}
+
+static void a_journal_of_format_version_1_is_refused_eproto(void)
+{
+    one_put_journal();
+    struct chime_store_config cfg = { .path = dir };
+    chime_store *s;
     /* A segment of version 1 (what this session wrote, not yet flushed). */
     make_version_1("wal-0000000000000001.log");
     refused_as_version_1("wal-0000000000000001.log");
@@ -403,13 +411,7 @@ static void a_journal_of_format_version_1_is_refused_eproto(void)
  * *.tmp file (a run not yet renamed) is dropped. */
 static void a_journal_of_an_older_format_without_head_is_refused_eproto(void)
 {
-    dir = tmpdir_make("marks");
-    CHECK(dir != NULL, "mkdtemp");
-    struct chime_store_config cfg = { .path = dir };
-    chime_store *s;
-    CHECK_EQ(chime_store_open(&s, &cfg, ack, NULL), 0);
-    CHECK_EQ(chime_store_put(s, "k", 1, "p", 1, wall_ns() + 3600 * SEC), 0);
-    CHECK_EQ(chime_store_close(s), 0);
+    one_put_journal();
     make_version_1("wal-0000000000000001.log");
     char path[600];
     snprintf(path, sizeof path, "%s/HEAD", dir);
