@@ -18,10 +18,12 @@
  *
  * WHAT STAYS TRUE. A queued entry is RUNNING until recorded, as if its handler had not returned: a
  * cancel of its key gets -EINPROGRESS, a newer put of the key waits for it, and `running` counts
- * it (chime_store_stats: "its outcome being written"). chime_store_sync records the queue before
- * it syncs; `alock`, held by whoever records a taken queue, makes it also wait for a group that
- * another thread took before the call, so every acknowledgement whose handler returned before
- * sync is written before sync's commit. Close waits until `running` is 0, which the flush brings
+ * it (chime_store_stats: "its outcome being written"). chime_store_sync first waits until every
+ * outcome counted before it is appended or queued (outcomes.c: an entry's is ended here, under
+ * aqlock, once it is in the queue), then records the queue before it syncs; `alock`, held by
+ * whoever records a taken queue, makes it also wait for a group that another thread took before
+ * the call, so every acknowledgement whose handler returned before sync is written before sync's
+ * commit. Close waits until `running` is 0, which the flush brings
  * about (the runtime runs until then). When the flush cannot be scheduled (no memory; a test hook
  * makes it so), the handler's thread records the queue itself. The flush's argument is `marker`,
  * an entry in no table, so that the runtime's on_unfired at close (lifecycle.c) passes it by.
@@ -99,7 +101,8 @@ static void record(struct chime_store *s, struct hot *list)
             pthread_mutex_unlock(&st->lock);
         }
         for (int i = 0; i < n; i++)
-            chime__store_finish(s, group[i], 0); /* frees it: qnext was read above */
+            /* frees it: qnext was read above */
+            chime__store_finish(s, group[i], 0, CHIME__OUTCOME_ENDED);
     }
 }
 
@@ -117,7 +120,7 @@ static void flush(void *arg)
     chime__store_acks_flush(((struct hot *)arg)->s);
 }
 
-int chime__store_ack_later(struct chime_store *s, struct hot *e)
+int chime__store_ack_later(struct chime_store *s, struct hot *e, unsigned parity)
 {
     /* relaxed: a hint; either answer is correct, the queue only costs a round trip when idle */
     if (atomic_load_explicit(&s->running, memory_order_relaxed) <= ACK_QUEUE_ABOVE)
@@ -131,6 +134,9 @@ int chime__store_ack_later(struct chime_store *s, struct hot *e)
     s->acks.tail = e;
     int arm = !s->acks.armed;
     s->acks.armed = 1;
+    /* Queued: a sync records it from here on. Ended under aqlock, before a flush can take and
+     * record e, and let close go (outcomes.c). */
+    chime__store_outcome_end(s, parity);
     pthread_mutex_unlock(&s->acks.aqlock);
     /* relaxed: a test's switch, set before the store opens */
     if (arm && (atomic_load_explicit(&refuse_flush, memory_order_relaxed) ||

@@ -219,7 +219,7 @@ static void outcome_lost(struct chime_store *s, int err)
         chime__store_fail(s, err);
 }
 
-void chime__store_finish(struct chime_store *s, struct hot *e, int64_t rc)
+void chime__store_finish(struct chime_store *s, struct hot *e, int64_t rc, unsigned parity)
 {
     struct hot_stripe *st = chime__store_stripe(s, e->hash);
     const void *key = e->data, *payload = e->data + e->key_len;
@@ -264,6 +264,8 @@ void chime__store_finish(struct chime_store *s, struct hot *e, int64_t rc)
         free(e);
     }
     pthread_mutex_unlock(&st->lock);
+    if (parity != CHIME__OUTCOME_ENDED) /* appended: before handler_ended, which lets close go */
+        chime__store_outcome_end(s, parity);
     handler_ended(s);
 }
 
@@ -345,9 +347,10 @@ static void run_handler(void *arg)
     tls_handler_store = s;
     int64_t rc = s->handler(s->ctx, &f);
     tls_handler_store = NULL;
-    if (rc == 0 && chime__store_ack_later(s, e))
+    unsigned parity = chime__store_outcome_begin(s); /* a sync from here on covers it */
+    if (rc == 0 && chime__store_ack_later(s, e, parity))
         return; /* in a burst: recorded with others (acks.c) */
-    chime__store_finish(s, e, rc);
+    chime__store_finish(s, e, rc, parity);
 }
 
 struct dispatch_buf {

@@ -156,6 +156,7 @@ static void free_store(struct chime_store *s)
     pthread_cond_destroy(&s->didle);
     free(s->dbuf);
     chime__store_acks_destroy(s);
+    chime__store_outcomes_destroy(s);
     free((char *)s->cfg.path);
     if (s->event_fd >= 0)
         close(s->event_fd);
@@ -217,6 +218,7 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
     pthread_cond_init(&s->dwork, &ca);
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&s->didle, NULL);
+    chime__store_outcomes_init(s);
     err = chime__store_acks_init(s);
     for (int i = 0; i < HOT_STRIPES; i++) {
         chime__short_lock_init(&s->stripes[i].lock);

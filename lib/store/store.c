@@ -348,7 +348,8 @@ CHIME_API int chime_store_sync(chime_store *s)
     int err = usable(s);
     if (err)
         return err;
-    chime__store_acks_flush(s); /* what handlers returned before this call (acks.c) */
+    chime__store_outcomes_wait(s); /* outcomes of handlers that returned before this call... */
+    chime__store_acks_flush(s);    /* ...are appended, or queued: record the queue (acks.c) */
     return s->ops->sync(s->b);
 }
 

@@ -150,6 +150,14 @@ struct chime_store {
         struct hot *marker;        /* the flush timer's argument: an entry in no table */
     } acks;
 
+    /* outcomes of handlers that returned, not yet appended or queued (outcomes.c) */
+    struct {
+        _Alignas(64) _Atomic uint64_t word; /* the parity, WAITING, and each parity's count */
+        pthread_mutex_t order;              /* one sync's flip and wait at a time */
+        pthread_mutex_t lock;               /* the wait for a count to reach 0 */
+        pthread_cond_t done;
+    } outcomes;
+
     /* Handlers dispatched and not finished: only the decrement to 0 takes dlock (fire.c,
      * handler_ended); on its own line, since the dispatcher and the finishers both change it. */
     _Alignas(64) _Atomic uint64_t running;
@@ -217,7 +225,7 @@ void chime__store_abandon(struct chime_store *s, struct hot *e);
 int chime__store_reschedule_handler(struct chime_store *s, struct hot *e);
 /* Record what e's handler returned (rc: as chime_handler's): outcome, unlink, free e, count it out
  * of `running`. Takes e's stripe lock. */
-void chime__store_finish(struct chime_store *s, struct hot *e, int64_t rc);
+void chime__store_finish(struct chime_store *s, struct hot *e, int64_t rc, unsigned parity);
 int chime__store_start_dispatcher(struct chime_store *s);
 void chime__store_stop_dispatcher(struct chime_store *s);
 int chime__store_in_handler(const struct chime_store *s);
@@ -225,14 +233,27 @@ int chime__store_in_handler(const struct chime_store *s);
 /* acks.c: acknowledgements queued and recorded in groups during a burst */
 int chime__store_acks_init(struct chime_store *s);     /* Return: 0; -ENOMEM */
 void chime__store_acks_destroy(struct chime_store *s); /* after the runtime has stopped */
-/* e's handler returned 0: queue its acknowledgement if a burst is on. Return: 1 if queued (the
- * store records it later), 0 if the caller must record it now (chime__store_finish). */
-int chime__store_ack_later(struct chime_store *s, struct hot *e);
+/* e's handler returned 0: queue its acknowledgement if a burst is on, and then end its outcome
+ * (counted under parity: outcomes.c). Return: 1 if queued (the store records it later), 0 if the
+ * caller must record it now (chime__store_finish), and the outcome is still counted. */
+int chime__store_ack_later(struct chime_store *s, struct hot *e, unsigned parity);
 /* Record every queued acknowledgement, and wait for those another thread is recording. */
 void chime__store_acks_flush(struct chime_store *s);
 /* Test hook: every flush fails to be scheduled, as with no memory, so that the handler's thread
  * records the queue itself. */
 void chime__store_acks_refuse_flush(int on);
+
+/* outcomes.c: chime_store_sync covers the outcome of every handler that returned before it */
+void chime__store_outcomes_init(struct chime_store *s);
+void chime__store_outcomes_destroy(struct chime_store *s);
+/* A handler returned: count its outcome (return: the parity it is counted under). Any thread. */
+unsigned chime__store_outcome_begin(struct chime_store *s);
+/* It is appended, or queued: before the handler's end is counted (handler_ended). Any thread. */
+void chime__store_outcome_end(struct chime_store *s, unsigned parity);
+/* The parity of an outcome already ended (a queued acknowledgement: chime__store_finish). */
+#define CHIME__OUTCOME_ENDED 2u
+/* Wait until every outcome counted before this call has ended (chime_store_sync). */
+void chime__store_outcomes_wait(struct chime_store *s);
 
 /* keeper.c */
 uint64_t chime__store_wall(void);
