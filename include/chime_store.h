@@ -176,7 +176,10 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  * argument.
  * Return: 0; -EINVAL if out, cfg or handler is NULL, cfg->path and cfg->postgres are both NULL,
  *         cfg->sync is not a chime_sync, or the runtime config is invalid (as chime_timer_new);
- *         -EBUSY if another process (or another open store in this one) has the directory open;
+ *         -EBUSY if another process (or another open store in this one) has the directory open
+ *         (a child forked while a store was open holds it too, until it exits or calls exec, even
+ *         after the parent's close: the lock, flock(2), belongs to the open file, which fork
+ *         shares);
  *         -EBADMSG if the journal is damaged other than by a torn tail (a checksum fails, or zeros
  *         are followed by data, in a file or a group commit that had been completely written and
  *         synced, as a later group commit's mark in the log shows; a run is not the length its

@@ -233,6 +233,12 @@ static int read_live_retrying(int dir, chime__emit_fn *emit, void *ctx, int *res
 
 /* ---- the commands ---- */
 
+static void say_kept_changing(void)
+{
+    fprintf(stderr, "chime-store: the journal kept changing while it was read (a running service); "
+                    "try again\n");
+}
+
 static void print_key(FILE *out, const unsigned char *k, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -275,6 +281,10 @@ static int cmd_read(int dir, int dead, int count_only)
         printf("# %s\n", dead ? "dead letters, in the order they died: due due_ns attempts key payload-bytes"
                               : "pending timers by due time: due due_ns attempts key payload-bytes");
     int err = read_live_retrying(dir, print_one, &l, &restarts);
+    if (err == -ENOENT) { /* a file listed was gone when read, every time: not "no such timer" */
+        say_kept_changing();
+        return 1;
+    }
     if (err) {
         fprintf(stderr, "chime-store: %s\n", chime_strerror(err));
         return 1;
@@ -515,8 +525,7 @@ static int cmd_verify(int dir)
     if (rc == 2)
         return 1; /* another format version */
     if (rc == -ENOENT) {
-        fprintf(stderr, "chime-store: the journal kept changing while it was read (a running "
-                        "service); try again\n");
+        say_kept_changing();
         return 1;
     }
     return rc;
