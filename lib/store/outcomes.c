@@ -18,7 +18,7 @@
  *
  *   bit 63      the parity outcomes are counted under now
  *   bit 62      WAITING: a sync waits for the other parity's count to reach 0
- *   bits 32-61  the count of parity 1; bits 0-30 the count of parity 0 (bit 31 stays 0)
+ *   bits 32-61  the count of parity 1; bits 0-29 the count of parity 0 (30 and 31 stay 0)
  *
  *   begin  (handler's thread)  compare-and-swap: count + 1 under the parity it reads
  *   end    (handler's thread)  fetch-sub: count - 1 under the parity begin returned; if it made
@@ -29,8 +29,9 @@
  *
  * A sync that reads a count of its parity above 0 under `lock` sleeps, releasing it; the end that
  * brings the count to 0 broadcasts under `lock` after its fetch-sub, so it cannot fall between the
- * read and the sleep. Counts of 2^30 outcomes in flight at once cannot be reached (one per
- * handler running, and handlers run on at most CHIME_MAX_WORKERS + 1 threads).
+ * read and the sleep. Counts of 2^30 outcomes in flight at once cannot be reached: an outcome is
+ * in flight on the thread that ran its handler, one at a time (the runtime's workers, its advancing
+ * thread, and the dispatcher when the runtime refuses a handler).
  *
  * Cost per firing: two atomic read-modify-writes of one shared line, which `running` (fire.c)
  * already costs too; a lock only while a sync waits.
@@ -95,7 +96,9 @@ void chime__store_outcome_end(struct chime_store *s, unsigned parity)
 void chime__store_outcomes_wait(struct chime_store *s)
 {
     pthread_mutex_lock(&s->outcomes.order);
-    /* relaxed: the compare-and-swap decides */
+    /* relaxed: the compare-and-swap decides; and it is relaxed too, since what it must order is
+     * only its place in the word's modification order (an outcome counted in before it is waited
+     * for, one after it is the next sync's), and the appends are acquired by the load below */
     uint64_t w = atomic_load_explicit(&s->outcomes.word, memory_order_relaxed);
     while (!atomic_compare_exchange_weak_explicit(&s->outcomes.word, &w, (w ^ PARITY) | WAITING,
                                                   memory_order_relaxed, memory_order_relaxed))
