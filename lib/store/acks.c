@@ -28,8 +28,9 @@
  * makes it so), the handler's thread records the queue itself. The flush's argument is `marker`,
  * an entry in no table, so that the runtime's on_unfired at close (lifecycle.c) passes it by.
  *
- * Locks: aqlock (the queue, held for a few instructions) is taken under nothing else; alock comes
- * before the stripe locks that recording takes.
+ * Locks: aqlock (the queue, held for a few instructions) is taken under nothing else, and only
+ * outcomes.c's `lock` is taken under it (an outcome's end, while a sync waits); alock comes before
+ * the stripe locks that recording takes.
  */
 #include <errno.h>
 #include <stdlib.h>
