@@ -122,6 +122,10 @@ void chime__store_arm(struct chime_store *s, struct hot *e)
 static void enqueue(struct chime_store *s, struct hot *e)
 {
     pthread_mutex_lock(&s->dlock);
+    if (s->sealed) { /* closing (lifecycle.c, seal): it stays in the table alone, never fired */
+        pthread_mutex_unlock(&s->dlock);
+        return;
+    }
     e->qnext = NULL;
     if (s->qtail)
         s->qtail->qnext = e;

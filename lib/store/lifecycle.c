@@ -9,8 +9,8 @@
  * CLOSE, in the order that keeps every pointer valid: no new calls (-ESHUTDOWN); the keeper stops
  * (no more loads); the dispatcher stops (no new handler starts, but the batch whose firings it
  * recorded is handed out); close waits for the running handlers to return and record their outcome;
- * the runtime stops (timers not yet due stay recorded); the backend makes everything durable; the
- * table is freed.
+ * the runtime stops (timers not yet due stay recorded); the dispatcher's queue is given up (seal);
+ * the backend makes everything durable and stops its threads; the table is freed.
  */
 #define _GNU_SOURCE /* pthread_condattr_setclock */
 #include <errno.h>
@@ -163,24 +163,48 @@ static void free_store(struct chime_store *s)
     free(s);
 }
 
-/* What reached the dispatcher's queue after it stopped: the table holds all but detached ones,
- * which nobody else frees. After the dispatcher and the runtime have stopped. */
-static void free_detached_queued(struct chime_store *s)
+/*
+ * After the dispatcher and the runtime have stopped, and before the backend's threads have (they
+ * run until ops->close, and their sink calls may replace or drop entries meanwhile): give the
+ * dispatcher's queue up. What only the queue held (detached) is freed here; from then on the store
+ * is sealed: nothing joins the queue (fire.c, enqueue) and a drop frees a QUEUED entry itself
+ * (store.c). Found by CI's valgrind: PostgreSQL's loader replaced a queued entry after the queue
+ * was walked, and it was lost (test_store_seal). Under dlock, under which a drop marks a QUEUED
+ * entry detached or finds the seal: its entry is either in this walk, marked, or freed by it.
+ */
+static void seal(struct chime_store *s)
 {
+    pthread_mutex_lock(&s->dlock);
     for (struct hot *e = s->qhead, *next; e; e = next) {
         next = e->qnext;
         if (e->detached)
             free(e);
     }
     s->qhead = s->qtail = NULL;
+    s->qlen = 0;
+    s->sealed = 1;
+    pthread_mutex_unlock(&s->dlock);
 }
 
-/* The runtime's on_unfired at close: an entry the table no longer holds is freed here; the others
- * go with the table. */
+/*
+ * The runtime's on_unfired at close, on its thread. An entry the table no longer holds is freed
+ * here; another is left to the table, marked as never armed (rid 0, counted in `unarmed`), which it
+ * now is: a drop after this frees it rather than wait for a callback that will not come. Under the
+ * stripe's lock, as chime__store_due: a drop may run beside it (a backend's thread, until
+ * ops->close), and it either marked the entry detached before this looks, or sees rid 0 after.
+ */
 static void unfired(void *arg)
 {
     struct hot *e = arg;
-    if (e->detached)
+    struct hot_stripe *st = chime__store_stripe(e->s, e->hash);
+    pthread_mutex_lock(&st->lock);
+    int ours = e->detached;
+    if (!ours && e->state == HOT_ARMED && e->rid) {
+        e->rid = 0;
+        atomic_fetch_add_explicit(&e->s->unarmed, 1, memory_order_relaxed); /* a count (store.c) */
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (ours)
         free(e);
 }
 
@@ -256,8 +280,8 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
         chime__store_stop_dispatcher(s);
         if (s->rt)
             chime_timer_stop(s->rt, CHIME_STOP_NOW, unfired);
-        free_detached_queued(s); /* a backend's thread may have replaced a queued one (found in
-                                    review: PostgreSQL's loader arms while open runs) */
+        seal(s); /* a backend's thread may replace a queued one (found in review: PostgreSQL's
+                    loader arms while open runs) */
         if (s->b)
             s->ops->close(s->b);
         chime_timer_free(s->rt);
@@ -308,7 +332,7 @@ CHIME_API int chime_store_close(chime_store *s)
         fprintf(stderr, "chime: store: the table of loaded timers is wrong at close: %s\n", bad);
         abort();
     }
-    free_detached_queued(s);
+    seal(s);
     int err = s->ops->close(s->b);
     int sticky = atomic_load_explicit(&s->error, memory_order_relaxed);
     chime_timer_free(s->rt);

@@ -132,17 +132,27 @@ void chime__store_drop(struct chime_store *s, struct hot_stripe *st, struct hot 
     chime__store_unlink(st, e);
     switch (e->state) {
     case HOT_ARMED:
-        if (e->rid == 0) { /* never armed (out of memory): nobody else holds it */
+        if (e->rid == 0) { /* never armed, or unfired at close: nobody else holds it */
             atomic_fetch_sub_explicit(&s->unarmed, 1, memory_order_relaxed);
             break;
         }
         if (chime_timer_cancel(s->rt, e->rid) == 0)
             break; /* the runtime will not call back: ours to free */
-        e->detached = 1; /* its callback has begun (it waits for this lock): it frees it */
+        /* Its callback (chime__store_due, or unfired at close: lifecycle.c) has begun and waits
+         * for this lock: it frees it. After the runtime has stopped, nothing armed has a rid. */
+        e->detached = 1;
         return;
-    case HOT_QUEUED:
-        e->detached = 1; /* in the dispatcher's queue: the dispatcher frees it */
-        return;
+    case HOT_QUEUED: {
+        /* In the dispatcher's queue: the dispatcher frees it, or close's seal (lifecycle.c), which
+         * takes dlock to walk the queue; once the queue is given up, nothing else holds it. */
+        pthread_mutex_lock(&s->dlock);
+        int sealed = s->sealed;
+        e->detached = !sealed;
+        pthread_mutex_unlock(&s->dlock);
+        if (!sealed)
+            return;
+        break;
+    }
     default: /* HELD: in no queue, no runtime timer */
         break;
     }

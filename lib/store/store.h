@@ -27,9 +27,9 @@
  * whoever holds that pointer frees it.
  *
  * LOCK ORDER: a stripe's lock, then load_lock, then the backend's own locks. The dispatcher's lock
- * (dlock) comes last: a due timer is queued under its stripe's lock (fire.c, enqueue), and nothing
- * is locked while dlock is held. Runtime calls (schedule, cancel) are lock-free and may be made
- * under any of them.
+ * (dlock) comes last: a due timer is queued, and a queued one dropped, under its stripe's lock
+ * (fire.c, enqueue; store.c, chime__store_drop), and nothing is locked while dlock is held.
+ * Runtime calls (schedule, cancel) are lock-free and may be made under any of them.
  */
 #ifndef CHIME_STORE_STORE_H
 #define CHIME_STORE_STORE_H
@@ -123,17 +123,19 @@ struct chime_store {
     _Atomic int keeper_stop, stepped;
     uint64_t keeper_rounds;        /* under load_lock: rounds the keeper completed */
     pthread_cond_t keeper_cond;    /* broadcast at the end of each round */
-    _Atomic uint64_t unarmed;      /* entries whose arming failed (out of memory) */
+    _Atomic uint64_t unarmed;      /* ARMED entries with rid 0: their arming failed (out of memory,
+                                      or the runtime stopping), or the runtime stopped unfired */
 
     /* dispatching (fire.c) */
     pthread_t dispatcher;
     int dispatcher_started;
-    pthread_mutex_t dlock;
+    pthread_mutex_t dlock;         /* the queue, sealed, and a queued entry's detached mark */
     pthread_cond_t dwork, didle;
     struct hot *qhead, *qtail;
     size_t qlen;
     int dstop;
     int opened;                    /* open has handed the store out (*out): handlers may start */
+    int sealed;                    /* close gave the queue up (lifecycle.c, seal) */
     void *dbuf;                    /* the dispatcher's batch arrays (fire.c, struct dispatch_buf) */
     double tokens;                 /* the rate limit's bucket */
     uint64_t tokens_at;            /* rate_clock's time when last refilled */
