@@ -3,12 +3,13 @@
  * chime-store, the operator's tool (tools/chime-store.c), on a journal this test builds through the
  * API: list (pending by due time), dead, count, and verify on an intact journal, a torn tail, zeros
  * before records in a sealed segment, a segment's damaged header, a sealed segment's lost last
- * group commit (on a log of its own), a damaged run, a lost HEAD and a lost run. The tool's path is
- * the first argument (meson passes it).
+ * group commit (on a log of its own), a damaged run, a lost HEAD and a lost run; and list beside a
+ * service that removes what it listed. The tool's path is the first argument (meson passes it).
  */
-#include "store_util.h"
+#include "journal_util.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include "store/format.h"
@@ -406,6 +407,61 @@ static void verify_names_a_lost_head_and_list_refuses(void)
     free(aside);
 }
 
+/* Put key "k<i>" on the journal backend b and flush: the segment it went to becomes a run, and is
+ * removed. */
+static void put_and_flush(struct chime__backend *b, int i)
+{
+    char key[16];
+    snprintf(key, sizeof key, "k%d", i);
+    struct chime__put p = { key, strlen(key), "p", 1, wall_ns() + 3600 * SEC, 0, 0, 0 };
+    struct chime__put_result res;
+    uint64_t ticket;
+    CHECK_EQ(chime__journal_ops.put(b, &p, &res, &ticket), 0);
+    CHECK_EQ(chime__journal_flush_all(b), 0);
+}
+
+/* list beside a service that flushes: after each listing (where the tool stops itself, as
+ * CHIME_STORE_TOOL_STOP_AFTER_LISTING asks) the service turns the segment it listed into a run
+ * and removes it. list reads what it listed (tools/snapshot.c); before, it met the removed file on
+ * each of its five tries and gave up ("kept changing"). */
+static void list_reads_what_it_listed_while_the_service_removes_those_files(void)
+{
+    char *d = tmpdir_make("tool-live");
+    CHECK(d != NULL, "mkdtemp");
+    struct chime__backend *b = journal_open_hourly(d);
+    put_and_flush(b, 0);
+    FILE *out = tmpfile();
+    CHECK(out != NULL, "tmpfile");
+    setenv("CHIME_STORE_TOOL_STOP_AFTER_LISTING", "1", 1); /* before fork: the child only execs */
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        dup2(fileno(out), 1);
+        dup2(fileno(out), 2);
+        execl(tool, tool, "list", d, (char *)NULL);
+        _exit(127);
+    }
+    unsetenv("CHIME_STORE_TOOL_STOP_AFTER_LISTING");
+    int status, stops = 0;
+    while (waitpid(pid, &status, WUNTRACED) == pid && WIFSTOPPED(status)) {
+        put_and_flush(b, ++stops); /* removes the segment just listed */
+        kill(pid, SIGCONT);
+    }
+    char text[4096];
+    size_t n = fseek(out, 0, SEEK_SET) == 0 ? fread(text, 1, sizeof text - 1, out) : 0;
+    text[n] = 0;
+    fclose(out);
+    int listed = strstr(text, " k0 ") != NULL;
+    printf("# the tool stopped after %d listing(s); it said:\n", stops);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        printf("#   %s\n", line);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "list failed (status %d)", status);
+    CHECK(listed, "list did not print the timer it listed");
+    CHECK_EQ(chime__journal_ops.close(b), 0);
+    tmpdir_remove(d);
+    free(d);
+}
+
 /* (Runs last: it deletes the run.) A lost run leaves segment 1 in no file: verify names the missing
  * numbers and fails, and list refuses rather than list what is left as if it were all. */
 static void verify_names_a_lost_run_and_list_refuses(void)
@@ -444,6 +500,8 @@ static const struct tap_test tests[] = {
     { "a_newest_segment_cut_to_nothing_that_head_names_is_damage",
       a_newest_segment_cut_to_nothing_that_head_names_is_damage },
     { "verify_names_a_lost_head_and_list_refuses", verify_names_a_lost_head_and_list_refuses },
+    { "list_reads_what_it_listed_while_the_service_removes_those_files",
+      list_reads_what_it_listed_while_the_service_removes_those_files },
     { "verify_names_a_lost_run_and_list_refuses", verify_names_a_lost_run_and_list_refuses },
 };
 

@@ -2,7 +2,8 @@
 /*
  * chime-store: look into a durable store's journal, so that an operator can audit and reconcile what
  * a service holds. It only reads (it takes no lock, and changes nothing), so it may run beside the
- * service; a file that a running service compacts away meanwhile makes it read again.
+ * service. list, count and dead read the files they listed even once the service has compacted
+ * them away (snapshot.c); verify reads again when it meets one gone.
  *
  *   chime-store list DIR     pending timers by due time: due (UTC), due_ns, attempts, key, payload size
  *   chime-store dead DIR     dead letters in the order they died, the same columns
@@ -35,28 +36,7 @@
 #include "store/reader.h"
 #include "store/run.h"
 #include "store/segments.h"
-
-/* ---- the journal's files, as open sees them (files.h) ---- */
-
-/* List the directory; keep the runs no other run contains and the segments above them. Read-only:
- * *.tmp files are left where they are. A running service may replace files while they are listed,
- * and a listing may then miss a run renamed into place as well as the files it replaced (readdir
- * need not report a file added meanwhile): a chain that is not whole is listed again a few times
- * before it counts as damage. */
-static int list_files(int dir, struct chime__journal_files *f)
-{
-    int err = 0;
-    for (int tries = 0; tries < 5; tries++) {
-        if (tries) {
-            chime__journal_files_free(f);
-            nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
-        }
-        err = chime__journal_files_list(dir, f, 0);
-        if (err || f->chain == CHIME__CHAIN_WHOLE)
-            break;
-    }
-    return err;
-}
+#include "snapshot.h"
 
 /* ---- reading the live records: runs merged with the segments, sorted in memory ---- */
 
@@ -151,9 +131,22 @@ static int read_live(int dir, chime__emit_fn *emit, void *ctx)
 {
     struct chime__journal_files f;
     struct segments segs;
-    int err = list_files(dir, &f);
+    struct snapshot snap = { -1, NULL, NULL, 0 };
+    int err = snapshot_list(dir, &f);
     if (!err && f.chain != CHIME__CHAIN_WHOLE)
         err = -EBADMSG; /* a file is missing (verify names it): open refuses the journal */
+    if (!err) {
+        int taken = snapshot_take(dir, &f, &snap);
+        snapshot_test_stop();
+        if (taken == 0) {
+            dir = snap.dir;
+        } else {
+            snapshot_free(&snap);
+            if (taken == -ENOENT) /* removed between the listing and its opening: list again */
+                err = taken;
+            /* otherwise no snapshot (no /proc, $TMPDIR not writable): read the journal as it is */
+        }
+    }
     if (err) {
         chime__journal_files_free(&f);
         return err;
@@ -204,6 +197,7 @@ static int read_live(int dir, chime__emit_fn *emit, void *ctx)
     free(order);
     free_segments(&segs);
     chime__journal_files_free(&f);
+    snapshot_free(&snap);
     return err;
 }
 
@@ -307,7 +301,7 @@ static void say_other_version(FILE *out)
 static int verify_once(int dir, FILE *out)
 {
     struct chime__journal_files f;
-    int err = list_files(dir, &f);
+    int err = snapshot_list(dir, &f);
     if (err == -EPROTO) { /* HEAD, or a file of a journal with no HEAD (files.h): final */
         chime__journal_files_free(&f);
         say_other_version(out);
