@@ -363,6 +363,12 @@ struct dispatch_buf {
     struct chime__firing f[BATCH]; /* their firings, for the backend */
 };
 
+/* The rate limit's bucket holds max(1, rate/100) tokens: the burst chime.h states. */
+static uint64_t bucket_cap(uint64_t rate)
+{
+    return rate / 100 > 1 ? rate / 100 : 1;
+}
+
 /* The rate limit at the handlers' starts (THE DISPATCHER): when, on CLOCK_MONOTONIC, the handler
  * of a firing just recorded may start, due_ns being wall_now's time mono_now. The bucket lets
  * firings be recorded at the rate, but a firing is recorded up to the lead before its due time, so
@@ -376,7 +382,7 @@ struct dispatch_buf {
 static uint64_t pace(struct chime_store *s, uint64_t due, uint64_t wall_now, uint64_t mono_now)
 {
     uint64_t rate = s->cfg.max_fires_per_s;
-    uint64_t cap = rate / 100 > 1 ? rate / 100 : 1; /* as allowance's */
+    uint64_t cap = bucket_cap(rate);
     /* rounded up: never faster than the rate */
     uint64_t spacing = rate < NS_PER_S ? (NS_PER_S + rate - 1) / rate : 1;
     uint64_t early = (cap - 1) * spacing;
@@ -495,7 +501,7 @@ static size_t allowance(struct chime_store *s, size_t want, uint64_t *wait_ns)
     uint64_t rate = s->cfg.max_fires_per_s;
     if (!rate)
         return want;
-    double cap = rate / 100 > 1 ? (double)(rate / 100) : 1.0;
+    double cap = (double)bucket_cap(rate);
     uint64_t now = s->rate_clock();
     s->tokens += (double)(now - s->tokens_at) * (double)rate / 1e9;
     s->tokens_at = now;
