@@ -267,8 +267,10 @@ CHIME_API int chime_store_sync(chime_store *s);
  * due within 50 ms, the longest lead), make everything durable and free the store. Pending timers
  * stay in the journal for the next open. s is freed even when an error is returned. With
  * PostgreSQL and the server lost, close waits for it only for what must become durable (the
- * handlers' outcomes, puts not yet committed): a load waiting for it gives up, and a dead-letter
- * listing waiting for it returns -ESHUTDOWN.
+ * handlers' outcomes, puts not yet committed), and for that at most three leases (10 s at least),
+ * after which it returns -EIO: what was not committed is lost, and the outcomes not recorded fire
+ * again. A load waiting for the server gives up, and a dead-letter listing waiting for it returns
+ * -ESHUTDOWN.
  * Return: 0; -EINVAL if s is NULL; -EDEADLK if called from one of s's handlers (nothing is done);
  *         -EIO, -ENOSPC, -EBADMSG, -ENOMEM, -EMFILE, -ENFILE if the store had failed (the sticky
  *         error) or the last sync failed (what was reported durable stays durable).

@@ -548,6 +548,10 @@ void chime__pg_lanes_stop(struct chime__backend *b)
                 nanosleep(&ts, NULL); /* close only: polling is simplest */
             }
             if (atomic_load_explicit(&l->committed, memory_order_acquire) < want) {
+                /* What was queued is lost: the store fails, and close says so (found in review:
+                 * the batch settled -EIO here without failing anything, and close returned 0 for
+                 * puts it had never committed; test_pg_close). */
+                chime__pg_fail(b, -EIO);
                 atomic_store_explicit(&l->closed, 1, memory_order_release);
                 atomic_store_explicit(&l->abandon, 1, memory_order_release); /* pairs with reconnect */
                 wake_all(l);
@@ -565,4 +569,8 @@ void chime__pg_lanes_stop(struct chime__backend *b)
         free(l);
         b->lanes[i] = NULL;
     }
+    if (chime__pg_lanes_stopped_hook)
+        chime__pg_lanes_stopped_hook(b);
 }
+
+void (*chime__pg_lanes_stopped_hook)(struct chime__backend *b);

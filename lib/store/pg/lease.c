@@ -393,7 +393,9 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
         size_t want = held < share ? share - held : 0;
         if (orphans > want)
             want = orphans;
-        if (rc == PG_OK && want && nfree)
+        /* relaxed: a flag alone. Not once close has begun: it would hand the shards back at once */
+        if (rc == PG_OK && want && nfree &&
+            !atomic_load_explicit(&b->closing, memory_order_relaxed))
             rc = acquire(b, list, nfree, want, 0);
         /* Wake just after the soonest foreign lease would expire, whatever this node holds: if
          * its owner died, this node's share grows then (found in review: a node at its share

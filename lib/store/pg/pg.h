@@ -348,6 +348,8 @@ extern void (*chime__pg_read_hook)(struct chime__backend *b, const char *since);
 /* lanes.c */
 int chime__pg_lanes_start(struct chime__backend *b);
 void chime__pg_lanes_stop(struct chime__backend *b); /* after draining them */
+/* Tests only: called by chime__pg_lanes_stop once every lane is freed. */
+extern void (*chime__pg_lanes_stopped_hook)(struct chime__backend *b);
 int chime__pg_lanes_sync(struct chime__backend *b);
 int chime__pg_put(struct chime__backend *b, const struct chime__put *p, struct chime__put_result *res,
                   uint64_t *ticket);
