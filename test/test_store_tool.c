@@ -8,6 +8,7 @@
  */
 #include "journal_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -407,16 +408,21 @@ static void verify_names_a_lost_head_and_list_refuses(void)
     free(aside);
 }
 
-/* Put key "k<i>" on the journal backend b and flush: the segment it went to becomes a run, and is
- * removed. */
-static void put_and_flush(struct chime__backend *b, int i)
+/* Put key on the journal backend b, due in an hour, payload "p". */
+static void put_key(struct chime__backend *b, const char *key)
 {
-    char key[16];
-    snprintf(key, sizeof key, "k%d", i);
     struct chime__put p = { key, strlen(key), "p", 1, wall_ns() + 3600 * SEC, 0, 0, 0 };
     struct chime__put_result res;
     uint64_t ticket;
     CHECK_EQ(chime__journal_ops.put(b, &p, &res, &ticket), 0);
+}
+
+/* Put key "k<i>" and flush: the segment it went to becomes a run, and is removed. */
+static void put_and_flush(struct chime__backend *b, int i)
+{
+    char key[16];
+    snprintf(key, sizeof key, "k%d", i);
+    put_key(b, key);
     CHECK_EQ(chime__journal_flush_all(b), 0);
 }
 
@@ -462,6 +468,107 @@ static void list_reads_what_it_listed_while_the_service_removes_those_files(void
     free(d);
 }
 
+/* A journal of its own (the shared one is damaged by the tests before): k0 in a run, k1 in a
+ * segment. */
+static char *small_journal(void)
+{
+    char *d = tmpdir_make("tool-nosnap");
+    CHECK(d != NULL, "mkdtemp");
+    struct chime__backend *b = journal_open_hourly(d);
+    put_and_flush(b, 0);
+    put_key(b, "k1");
+    CHECK_EQ(chime__journal_ops.close(b), 0);
+    return d;
+}
+
+/* No snapshot can be made ($TMPDIR is not there): list reads the journal as it is, as
+ * tools/snapshot.c promises, rather than take the failure for a file the service removed. */
+static void list_reads_the_journal_as_it_is_when_tmpdir_is_missing(void)
+{
+    char *d = small_journal(), *saved = dir;
+    char *old = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL, *missing;
+    CHECK(asprintf(&missing, "%s/no-such-dir", d) >= 0, "asprintf");
+    setenv("TMPDIR", missing, 1);
+    char out[4096];
+    dir = d;
+    int rc = run_tool("list", out, sizeof out);
+    dir = saved;
+    if (old)
+        setenv("TMPDIR", old, 1);
+    else
+        unsetenv("TMPDIR");
+    free(old);
+    free(missing);
+    CHECK(rc == 0 && strstr(out, " k0 ") && strstr(out, " k1 "), "exit %d:\n%s", rc, out);
+    tmpdir_remove(d);
+    free(d);
+}
+
+/* No /proc (a container or chroot without it; here a mount namespace with an empty /proc): the
+ * links to /proc/self/fd/N lead nowhere, and list must still read the journal. */
+static void list_reads_the_journal_without_proc(void)
+{
+    if (system("unshare -rm sh -c 'mount -t tmpfs none /proc' >/dev/null 2>&1") != 0) {
+        printf("# no user and mount namespaces here: not checked\n");
+        return;
+    }
+    if (TAP_SANITIZED) { /* ASan's runtime ends a program that has no /proc in a fatal error */
+        printf("# the sanitizers' runtime needs /proc: checked in the plain and valgrind builds\n");
+        return;
+    }
+    char *d = small_journal(), *line, out[4096];
+    CHECK(asprintf(&line, "unshare -rm sh -c 'mount -t tmpfs none /proc && exec \"$0\" list \"$1\"'"
+                          " '%s' '%s' 2>&1", tool, d) >= 0, "asprintf");
+    FILE *p = popen(line, "r");
+    CHECK(p != NULL, "popen %s", line);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int status = pclose(p);
+    free(line);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0 && strstr(out, " k0 ") &&
+          strstr(out, " k1 "), "status %d:\n%s", status, out);
+    tmpdir_remove(d);
+    free(d);
+}
+
+/* The usual way to look at a long listing: chime-store list DIR | head. The tool dies of SIGPIPE
+ * while it prints, that is while its snapshot (tools/snapshot.c) is held: no directory of it may
+ * be left in $TMPDIR. */
+static void list_into_a_closed_pipe_leaves_nothing_in_tmpdir(void)
+{
+    char *d = tmpdir_make("tool-pipe"), *tmp = tmpdir_make("tool-tmp"), *line, out[4096];
+    CHECK(d != NULL && tmp != NULL, "mkdtemp");
+    struct chime__backend *b = journal_open_hourly(d);
+    for (int i = 0; i < 5000; i++) { /* ~300 KiB of listing: more than a pipe holds */
+        char key[16];
+        snprintf(key, sizeof key, "key-%d", i);
+        put_key(b, key);
+    }
+    CHECK_EQ(chime__journal_ops.close(b), 0);
+    CHECK(asprintf(&line, "TMPDIR='%s' '%s' list '%s' | head -2", tmp, tool, d) >= 0, "asprintf");
+    FILE *p = popen(line, "r");
+    CHECK(p != NULL, "popen %s", line);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    pclose(p);
+    free(line);
+    CHECK(strstr(out, " key-") != NULL, "list printed no timer:\n%s", out);
+    DIR *dd = opendir(tmp);
+    CHECK(dd != NULL, "opendir %s", tmp);
+    int left = 0;
+    for (struct dirent *e; (e = readdir(dd));)
+        if (e->d_name[0] != '.') {
+            printf("# left in $TMPDIR: %s\n", e->d_name);
+            left++;
+        }
+    closedir(dd);
+    CHECK_EQ(left, 0);
+    tmpdir_remove(d);
+    tmpdir_remove(tmp);
+    free(d);
+    free(tmp);
+}
+
 /* (Runs last: it deletes the run.) A lost run leaves segment 1 in no file: verify names the missing
  * numbers and fails, and list refuses rather than list what is left as if it were all. */
 static void verify_names_a_lost_run_and_list_refuses(void)
@@ -502,6 +609,11 @@ static const struct tap_test tests[] = {
     { "verify_names_a_lost_head_and_list_refuses", verify_names_a_lost_head_and_list_refuses },
     { "list_reads_what_it_listed_while_the_service_removes_those_files",
       list_reads_what_it_listed_while_the_service_removes_those_files },
+    { "list_reads_the_journal_as_it_is_when_tmpdir_is_missing",
+      list_reads_the_journal_as_it_is_when_tmpdir_is_missing },
+    { "list_reads_the_journal_without_proc", list_reads_the_journal_without_proc },
+    { "list_into_a_closed_pipe_leaves_nothing_in_tmpdir",
+      list_into_a_closed_pipe_leaves_nothing_in_tmpdir },
     { "verify_names_a_lost_run_and_list_refuses", verify_names_a_lost_run_and_list_refuses },
 };
 

@@ -171,6 +171,9 @@ static int read_live(int dir, chime__emit_fn *emit, void *ctx)
     }
     if (err && opened)
         opened--;
+    /* Everything listed is open or in memory: the snapshot's directory goes before anything is
+     * printed (a reader gone, as `| head`, ends the tool by SIGPIPE while it prints). */
+    snapshot_free(&snap);
     struct chime__rec **order = malloc((segs.n + 1) * sizeof *order);
     if (!err && !order)
         err = -ENOMEM;

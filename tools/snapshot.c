@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,7 +62,13 @@ static int pin(int dir, const struct chime__journal_files *f, struct snapshot *s
         return -errno;
     s->fds[s->n++] = fd;
     snprintf(target, sizeof target, "/proc/self/fd/%d", fd);
-    return symlinkat(target, s->dir, name) == 0 ? 0 : -errno;
+    if (symlinkat(target, s->dir, name) != 0)
+        return errno == ENOENT ? -EIO : -errno; /* our directory, not the journal's file */
+    struct stat held, linked; /* the link must open the held file (no /proc: it leads nowhere) */
+    if (fstat(fd, &held) != 0 || fstatat(s->dir, name, &linked, 0) != 0 ||
+        held.st_dev != linked.st_dev || held.st_ino != linked.st_ino)
+        return -ENOTSUP;
+    return 0;
 }
 
 int snapshot_take(int dir, const struct chime__journal_files *f, struct snapshot *s)
@@ -74,7 +81,7 @@ int snapshot_take(int dir, const struct chime__journal_files *f, struct snapshot
         return -ENOMEM;
     }
     if (!mkdtemp(s->path)) {
-        int err = -errno;
+        int err = errno == ENOENT ? -ENOTDIR : -errno; /* not -ENOENT: that means "list again" */
         free(s->path);
         s->path = NULL;
         return err;
