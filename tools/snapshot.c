@@ -88,7 +88,7 @@ int snapshot_take(int dir, const struct chime__journal_files *f, struct snapshot
     }
     s->dir = open(s->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (s->dir < 0)
-        return -errno;
+        return errno == ENOENT ? -ENOTDIR : -errno; /* as mkdtemp's */
     int err = 0;
     for (size_t i = 0; i < files && !err; i++)
         err = pin(dir, f, s, i);
@@ -98,13 +98,14 @@ int snapshot_take(int dir, const struct chime__journal_files *f, struct snapshot
 void snapshot_free(struct snapshot *s)
 {
     if (s->dir >= 0) {
-        DIR *d = fdopendir(dup(s->dir));
+        DIR *d = fdopendir(s->dir); /* which closedir closes */
         for (struct dirent *e; d && (e = readdir(d));)
             if (e->d_name[0] != '.')
                 unlinkat(s->dir, e->d_name, 0);
         if (d)
             closedir(d);
-        close(s->dir);
+        else
+            close(s->dir);
     }
     if (s->path)
         rmdir(s->path);
