@@ -136,6 +136,46 @@ static void test_a_requeue_that_meets_the_retry_of_what_it_replaces_still_takes_
     finish(&s);
 }
 
+
+/* A burial of k-0 (the owner's) meets a requeue of k-0's dead letter (any node's) batched behind
+ * a-0, whose row is held: the requeue has deleted both dead letters and waits for a-0's row of
+ * keys; the burial locks k-0's row of keys, then waits for the dead letter the requeue deleted.
+ * Released, the requeue goes on to k-0's row of keys: each waits for the other. statements.h
+ * orders rows by key so that a lane never meets such a cycle; the two statements lock the two
+ * tables in opposite orders (keys then dead, dead then keys), and the server breaks the cycle
+ * only after deadlock_timeout (1 s), aborting one of them: its lane's whole batch waits that
+ * long and runs again. Both statements must complete. */
+static void test_a_burial_that_meets_a_requeue_of_its_key_completes(void)
+{
+    struct session s = fresh("bury_requeue", true);
+    const char *rq[3] = { "{a-0,k-0}", "{5000000,9000000}", "{5000000,9000000}" };
+    const char *bury[9] = { "{k-0}", "{100}", "{0}", "{5}", "{1000}", "{1}", "{buried}", "a",
+                            "1" };
+    pg_hold_key(s.hold, "a-0");
+    CHECK(PQsendQueryParams(s.lane, PG_SQL_REQUEUE, 3, NULL, rq, NULL, NULL, 0), "send");
+    while (!pg_blocked(s.obs, PQbackendPID(s.lane)))
+        sleep_ms(2); /* a poll of the server's lock table */
+    CHECK(PQsendQueryParams(s.owner, PG_SQL_BURY, 9, NULL, bury, NULL, NULL, 0), "send");
+    /* a poll: the burial waits for the requeue's deleted dead letter, or (the requeue holding
+     * nothing of k-0 yet) is done */
+    while (PQconsumeInput(s.owner) && PQisBusy(s.owner) &&
+           !pg_blocked(s.obs, PQbackendPID(s.owner)))
+        sleep_ms(2);
+    CHECK(pg_command(s.hold, "ROLLBACK"), "release a-0");
+    PGconn *both[2] = { s.lane, s.owner };
+    for (int i = 0; i < 2; i++) {
+        PGresult *r;
+        while ((r = PQgetResult(both[i]))) {
+            const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+            CHECK(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK,
+                  "the %s: SQLSTATE %s: %s", i ? "burial" : "requeue", state ? state : "-",
+                  PQerrorMessage(both[i]));
+            PQclear(r);
+        }
+    }
+    finish(&s);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -143,6 +183,8 @@ int main(void)
           test_a_put_that_meets_the_retry_of_what_it_replaces_still_takes_effect },
         { "a_requeue_that_meets_the_retry_of_what_it_replaces_still_takes_effect",
           test_a_requeue_that_meets_the_retry_of_what_it_replaces_still_takes_effect },
+        { "a_burial_that_meets_a_requeue_of_its_key_completes",
+          test_a_burial_that_meets_a_requeue_of_its_key_completes },
     };
     return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
 }

@@ -38,8 +38,10 @@ static PGresult *query(PGconn *c, const char *sql)
     return r;
 }
 
-/* A bytea value in hex ("\x...") printed as text, bytes outside printable ASCII (and space and
- * backslash, as the journal's listing does, so that a key is one column) as \xNN. */
+/* A bytea value in hex, selected as encode(key, 'hex') (a bytea's text form follows the session's
+ * bytea_output, which a database or role may set to escape), printed as text, bytes outside
+ * printable ASCII (and space and backslash, as the journal's listing does, so that a key is one
+ * column) as \xNN. */
 static void print_key(const char *hex)
 {
     if (hex[0] == '\\' && hex[1] == 'x')
@@ -106,10 +108,12 @@ static int cmd_list(PGconn *c, int dead)
 {
     PGresult *r = query(c, dead ? "SELECT to_char(to_timestamp(due / 1e9) AT TIME ZONE 'UTC',"
                                   " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), due, attempt, false, shard,"
-                                  " key, length(payload) FROM chime.dead ORDER BY seq"
+                                  " encode(key, 'hex'), length(payload) FROM chime.dead"
+                                  " ORDER BY seq"
                                 : "SELECT to_char(to_timestamp(due_ns / 1e9) AT TIME ZONE 'UTC',"
                                   " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), due_ns, attempt, firing,"
-                                  " shard, key, payload_bytes FROM chime.pending ORDER BY due_ns");
+                                  " shard, encode(key, 'hex'), payload_bytes FROM chime.pending"
+                                  " ORDER BY due_ns");
     if (!r)
         return 1;
     for (int i = 0; i < PQntuples(r); i++) {

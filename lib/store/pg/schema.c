@@ -124,6 +124,8 @@ int chime__pg_schema_create(struct pg_conn *pc, unsigned shards, uint64_t partit
     if (!shards || shards > PG_MAX_SHARDS || partition_ns < UINT64_C(1000000000))
         return -EINVAL;
     int rc = chime__pg_schema_read(pc, found);
+    if (rc == -EPROTO) /* another version: its shards say nothing (the tool's init reports it) */
+        *found = (struct pg_schema){ 0 };
     if (rc == 0 || rc == -EPROTO)
         return -EEXIST;
     if (rc != -ENOENT)

@@ -124,12 +124,18 @@
 
 /* Requeues: $1 keys, $2 dues, $3 parts. The dead letter becomes a put of its payload (attempt 0),
  * its version taken as a put's. Returns (i, version, payload, shard) for each key that had a dead
- * letter. */
+ * letter. The keys' rows of keys are locked first, in key order, before their dead letters (l,
+ * which the deletion's condition evaluates first): a burial locks a key's row of keys and then
+ * writes its dead letter, and a requeue that deleted the dead letter first and then waited for the
+ * row of keys made a cycle with it, which the server broke only after deadlock_timeout (found in
+ * review; test_pg_versions). */
 #define PG_SQL_REQUEUE                                                                             \
     "WITH f AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int8[]) WITH ORDINALITY"        \
     " AS f(key, due, part, i)),"                                                                   \
-    " d AS (DELETE FROM chime.dead d USING f WHERE d.key = f.key RETURNING d.key, d.shard,"        \
-    " d.payload),"                                                                                 \
+    " l AS MATERIALIZED (SELECT k.key FROM chime.keys k WHERE k.key = ANY($1::bytea[])"            \
+    " ORDER BY k.key FOR UPDATE),"                                                                 \
+    " d AS (DELETE FROM chime.dead d USING f WHERE d.key = f.key"                                  \
+    " AND (SELECT count(*) FROM l) >= 0 RETURNING d.key, d.shard, d.payload),"                     \
     " v AS MATERIALIZED " PG_VERSION_BASE ","                                                      \
     " g AS MATERIALIZED (SELECT f.i, f.key, f.due, f.part, d.shard, d.payload,"                    \
     " v.base + f.i AS nv FROM v, f JOIN d ON d.key = f.key ORDER BY f.key),"                       \

@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * chime-store --postgres (tools/chime-store-pg.c) against the store's own contract: init on a
+ * schema of another version, keys of odd bytes printed as the journal's listing prints them
+ * (tools/chime-store.c, print_key) whatever the database's bytea_output, and an unreachable server.
+ *
+ * Usage (meson passes it): test_pg_tool CHIME_STORE_TOOL
+ */
+#include "pg_test.h"
+
+static struct pg_cluster cluster;
+static const char *tool;
+static char conninfo[600];
+static int db_seq;
+
+/* Run the tool with args (up to three, NULL-terminated); its standard output into out, its
+ * standard error into err. Return: its exit status. */
+static int run_tool(const char *ci, const char *a1, const char *a2, const char *a3, char *out,
+                    size_t n, char *err, size_t en)
+{
+    int fds[2], efds[2];
+    CHECK(pipe2(fds, O_CLOEXEC) == 0 && pipe2(efds, O_CLOEXEC) == 0, "pipe");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        pg_cluster_forked(&cluster);
+        dup2(fds[1], 1);
+        dup2(efds[1], 2);
+        execl(tool, tool, "--postgres", ci, a1, a2, a3, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    close(efds[1]);
+    size_t len = 0;
+    for (ssize_t got; (got = read(fds[0], out + len, n - 1 - len)) > 0;)
+        len += (size_t)got;
+    out[len] = 0;
+    len = 0;
+    for (ssize_t got; (got = read(efds[0], err + len, en - 1 - len)) > 0;)
+        len += (size_t)got;
+    err[len] = 0;
+    close(fds[0]);
+    close(efds[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void fresh(unsigned shards)
+{
+    char name[32];
+    snprintf(name, sizeof name, "tool_%d", ++db_seq);
+    CHECK_EQ(pg_cluster_db(&cluster, name, shards, 60, conninfo, sizeof conninfo), 0);
+}
+
+/* init must not call a schema of another version "exists" and succeed: every open refuses it
+ * (-EPROTO), and status/count say "another version". */
+static void test_init_on_a_schema_of_another_version_fails(void)
+{
+    fresh(256); /* init's default */
+    PGconn *c = pg_connect_or_die(conninfo);
+    CHECK(pg_command(c, "UPDATE chime.meta SET value = '1' WHERE name = 'schema_version'"), "meta");
+    PQfinish(c);
+    char out[4096], err[4096];
+    CHECK_EQ(run_tool(conninfo, "count", NULL, NULL, out, sizeof out, err, sizeof err), 1);
+    CHECK(strstr(err, "another version") != NULL, "count: %s", err);
+    int rc = run_tool(conninfo, "init", NULL, NULL, out, sizeof out, err, sizeof err);
+    CHECK(rc == 1 && strstr(err, "another version") != NULL,
+          "init on a version-1 schema: exit %d, stdout \"%s\", stderr \"%s\"", rc, out, err);
+}
+
+/* The journal's listing prints a key's bytes 0x21..0x7e but '\' as they are, others as \xNN. */
+static const char odd_key[] = { 0x00, ' ', 'a', '\\', 'b', (char)0xff, '\n' };
+static const char odd_printed[] = "\\x00\\x20a\\x5cb\\xff\\x0a";
+
+static void check_listings(const char *what)
+{
+    char out[4096], err[4096];
+    CHECK_EQ(run_tool(conninfo, "dead", NULL, NULL, out, sizeof out, err, sizeof err), 0);
+    CHECK(strstr(out, odd_printed) != NULL, "%s: dead prints \"%s\"", what, out);
+    CHECK_EQ(run_tool(conninfo, "list", NULL, NULL, out, sizeof out, err, sizeof err), 0);
+    CHECK(strstr(out, odd_printed) != NULL, "%s: list prints \"%s\"", what, out);
+}
+
+static void test_odd_keys_print_as_the_journal_prints_them(void)
+{
+    fresh(4);
+    /* one pending timer and one dead letter of the odd key, through a node */
+    chime_store *s = NULL;
+    struct recorder rec;
+    recorder_init(&rec, NULL);
+    CHECK_EQ(pg_open_node(&s, conninfo, "a", &rec, 2 * SEC, 0), 0);
+    CHECK_EQ(chime_store_put(s, odd_key, sizeof odd_key, "p", 1, wall_ns() + 3600 * SEC), 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    recorder_free(&rec);
+    PGconn *c = pg_connect_or_die(conninfo);
+    CHECK(pg_command(c, "INSERT INTO chime.dead (key, shard, due, attempt, payload, died)"
+                        " SELECT key, shard, 1, 3, 'd'::bytea, now() FROM chime.keys"), "dead");
+    check_listings("bytea_output hex");
+    /* a database (or role) whose bytea_output is escape: a setting the tool does not own */
+    char sql[128];
+    snprintf(sql, sizeof sql, "ALTER DATABASE tool_%d SET bytea_output = 'escape'", db_seq);
+    CHECK(pg_command(c, sql), "alter database");
+    PQfinish(c);
+    check_listings("bytea_output escape");
+}
+
+static void test_an_unreachable_server_exits_1_with_a_message(void)
+{
+    char ci[128], out[4096], err[4096];
+    snprintf(ci, sizeof ci, "host=127.0.0.1 port=%d user=postgres dbname=x connect_timeout=2",
+             pg_util_free_port());
+    int rc = run_tool(ci, "count", NULL, NULL, out, sizeof out, err, sizeof err);
+    CHECK(rc == 1 && strstr(err, "chime-store: ") != NULL, "exit %d: %s", rc, err);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        printf("Bail out! usage: test_pg_tool CHIME_STORE_TOOL\n");
+        return 1;
+    }
+    tool = argv[1];
+    static const struct tap_test tests[] = {
+        { "init_on_a_schema_of_another_version_fails",
+          test_init_on_a_schema_of_another_version_fails },
+        { "odd_keys_print_as_the_journal_prints_them",
+          test_odd_keys_print_as_the_journal_prints_them },
+        { "an_unreachable_server_exits_1_with_a_message",
+          test_an_unreachable_server_exits_1_with_a_message },
+    };
+    return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
+}
