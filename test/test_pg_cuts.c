@@ -306,8 +306,11 @@ static void test_a_commit_cut_by_a_server_crash_is_not_resolved_by_a_reused_xid(
     struct put_arg p = { s, 1 };
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, put_big, &p), 0);
-    while (atomic_load(&commits_sent) < 1)
-        sleep_ms(1); /* a poll on the hook's count: the lane has its id and has sent COMMIT */
+    /* A poll on the hook's count (the lane has its id and has sent COMMIT) and on the relay's:
+     * the relay's thread may read the Bind after the lane has sent what follows it (found in CI
+     * under TSan: "got 0"). */
+    while (atomic_load(&commits_sent) < 1 || pg_proxy_stalls(&proxy) < 1)
+        sleep_ms(1);
     CHECK_EQ(pg_proxy_stalls(&proxy), 1);
     pg_proxy_hold(&proxy, 1); /* the lane's new connection waits until the id is taken again */
     pg_util_stop_server(&cluster, "immediate");
