@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -51,6 +52,26 @@ static inline void sleep_ms(unsigned ms)
 {
     struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
     nanosleep(&ts, NULL);
+}
+
+/* ---- a shell command's output (the operator tool's tests) ---- */
+
+/* Run the shell command made of fmt; its output (up to cap - 1 bytes) into out, NUL-terminated.
+ * Return: its wait status. */
+static inline int run_line(char *out, size_t cap, const char *fmt, ...)
+{
+    char *line;
+    va_list ap;
+    va_start(ap, fmt);
+    CHECK(vasprintf(&line, fmt, ap) >= 0, "vasprintf");
+    va_end(ap);
+    FILE *p = popen(line, "r");
+    CHECK(p != NULL, "popen %s", line);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int status = pclose(p);
+    free(line);
+    return status;
 }
 
 /* ---- temporary directories ---- */
