@@ -2,7 +2,8 @@
 /*
  * chime-store --postgres (tools/chime-store-pg.c) against the store's own contract: init on a
  * schema of another version, keys of odd bytes printed as the journal's listing prints them
- * (tools/chime-store.c, print_key) whatever the database's bytea_output, and an unreachable server.
+ * (tools/chime-store.c, print_key) whatever the database's bytea_output, an unreachable server,
+ * and a timer that never fires (due UINT64_MAX) listed as the journal's listing lists it.
  *
  * Usage (meson passes it): test_pg_tool CHIME_STORE_TOOL
  */
@@ -53,6 +54,18 @@ static void fresh(unsigned shards)
     CHECK_EQ(pg_cluster_db(&cluster, name, shards, 60, conninfo, sizeof conninfo), 0);
 }
 
+/* One pending timer (payload "p"), put through a node that then closes. */
+static void put_through_a_node(const void *key, size_t key_len, uint64_t due_ns)
+{
+    chime_store *s = NULL;
+    struct recorder rec;
+    recorder_init(&rec, NULL);
+    CHECK_EQ(pg_open_node(&s, conninfo, "a", &rec, 2 * SEC, 0), 0);
+    CHECK_EQ(chime_store_put(s, key, key_len, "p", 1, due_ns), 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    recorder_free(&rec);
+}
+
 /* init must not call a schema of another version "exists" and succeed: every open refuses it
  * (-EPROTO), and status/count say "another version". */
 static void test_init_on_a_schema_of_another_version_fails(void)
@@ -86,13 +99,7 @@ static void test_odd_keys_print_as_the_journal_prints_them(void)
 {
     fresh(4);
     /* one pending timer and one dead letter of the odd key, through a node */
-    chime_store *s = NULL;
-    struct recorder rec;
-    recorder_init(&rec, NULL);
-    CHECK_EQ(pg_open_node(&s, conninfo, "a", &rec, 2 * SEC, 0), 0);
-    CHECK_EQ(chime_store_put(s, odd_key, sizeof odd_key, "p", 1, wall_ns() + 3600 * SEC), 0);
-    CHECK_EQ(chime_store_close(s), 0);
-    recorder_free(&rec);
+    put_through_a_node(odd_key, sizeof odd_key, wall_ns() + 3600 * SEC);
     PGconn *c = pg_connect_or_die(conninfo);
     CHECK(pg_command(c, "INSERT INTO chime.dead (key, shard, due, attempt, payload, died)"
                         " SELECT key, shard, 1, 3, 'd'::bytea, now() FROM chime.keys"), "dead");
@@ -103,6 +110,28 @@ static void test_odd_keys_print_as_the_journal_prints_them(void)
     CHECK(pg_command(c, sql), "alter database");
     PQfinish(c);
     check_listings("bytea_output escape");
+}
+
+/* A put at UINT64_MAX (kept, never fired) is stored as the largest bigint; the listings print it as
+ * the journal's does, "never 18446744073709551615", not as a date in 2262 (found in review). */
+static void test_a_timer_that_never_fires_lists_as_never(void)
+{
+    fresh(4);
+    put_through_a_node("forever", 7, UINT64_MAX);
+    PGconn *c = pg_connect_or_die(conninfo);
+    CHECK(pg_command(c, "INSERT INTO chime.dead (key, shard, due, attempt, payload, died)"
+                        " VALUES ('late'::bytea, 0, 9223372036854775807, 2, 'd'::bytea, now())"),
+          "dead");
+    PQfinish(c);
+    char out[4096], err[4096];
+    CHECK_EQ(run_tool(conninfo, "list", NULL, NULL, out, sizeof out, err, sizeof err), 0);
+    static const char never[] = "never 18446744073709551615 attempts 0 shard ";
+    CHECK(strncmp(out, never, strlen(never)) == 0 &&
+              strstr(out, " forever (1 bytes)\n") != NULL,
+          "list: \"%s\"", out);
+    CHECK_EQ(run_tool(conninfo, "dead", NULL, NULL, out, sizeof out, err, sizeof err), 0);
+    CHECK(strcmp(out, "never 18446744073709551615 attempts 2 shard 0 late (1 bytes)\n") == 0,
+          "dead: \"%s\"", out);
 }
 
 static void test_an_unreachable_server_exits_1_with_a_message(void)
@@ -128,6 +157,7 @@ int main(int argc, char **argv)
           test_odd_keys_print_as_the_journal_prints_them },
         { "an_unreachable_server_exits_1_with_a_message",
           test_an_unreachable_server_exits_1_with_a_message },
+        { "a_timer_that_never_fires_lists_as_never", test_a_timer_that_never_fires_lists_as_never },
     };
     return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
 }

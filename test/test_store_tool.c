@@ -4,7 +4,8 @@
  * API: list (pending by due time), dead, count, and verify on an intact journal, a torn tail, zeros
  * before records in a sealed segment, a segment's damaged header, a sealed segment's lost last
  * group commit (on a log of its own), a damaged run, a lost HEAD and a lost run. The tool's path is
- * the first argument (meson passes it). Its snapshot of the files it lists: test_store_snapshot.c.
+ * the first argument (meson passes it); and a timer that never fires (due UINT64_MAX) listed as
+ * "never". Its snapshot of the files it lists: test_store_snapshot.c.
  */
 #include "journal_util.h"
 
@@ -71,6 +72,27 @@ static void list_shows_pending_timers_by_due_time_and_dead_shows_dead_letters(vo
     CHECK(strstr(out, " 1 x 9\n") != NULL, "the dead letter (1 attempt, 9 bytes):\n%s", out);
     CHECK_EQ(run_tool("count", out, sizeof out), 0);
     CHECK(strstr(out, "pending 3\ndead 1\n") != NULL, "%s", out);
+}
+
+/* A put at UINT64_MAX is kept and never fires (chime_store.h): listed as "never", not as a date in
+ * the year 2554, as the PostgreSQL listing prints it too (test_pg_tool). */
+static void a_timer_that_never_fires_lists_as_never(void)
+{
+    char *shared = dir;
+    dir = tmpdir_make("never");
+    CHECK(dir != NULL, "mkdtemp");
+    struct chime_store_config cfg = { .path = dir };
+    chime_store *s;
+    CHECK_EQ(chime_store_open(&s, &cfg, recorder_handler, &rec), 0);
+    CHECK_EQ(chime_store_put(s, "forever", 7, "p", 1, UINT64_MAX), 0);
+    CHECK_EQ(chime_store_close(s), 0);
+    char out[4096];
+    CHECK_EQ(run_tool("list", out, sizeof out), 0);
+    const char *line = strstr(out, "never 18446744073709551615 0 forever 1\n");
+    CHECK(line && (line == out || line[-1] == '\n'), "list:\n%s", out);
+    tmpdir_remove(dir);
+    free(dir);
+    dir = shared;
 }
 
 /* Flip byte `at` of wal-2 (twice: back as it was). */
@@ -430,6 +452,7 @@ static const struct tap_test tests[] = {
       verify_names_a_lost_last_batch_of_a_sealed_segment_and_fails },
     { "verify_names_a_damaged_run_and_fails", verify_names_a_damaged_run_and_fails },
     { "list_and_count_read_every_segment", list_and_count_read_every_segment },
+    { "a_timer_that_never_fires_lists_as_never", a_timer_that_never_fires_lists_as_never },
     { "verify_and_list_name_a_torn_point_below_the_head",
       verify_and_list_name_a_torn_point_below_the_head },
     { "list_and_count_refuse_a_journal_with_a_damaged_segment",

@@ -9,8 +9,8 @@
  *   status   the nodes (alive or not, shards held), each owner's shards and epochs, the leases
  *            that have expired, and the counts below
  *   count    pending timers (of which firing), dead letters, tombstones, partitions
- *   list     pending timers by due time: due (UTC), due_ns, attempts, firing, shard, key, payload
- *            size
+ *   list     pending timers by due time: due (UTC; "never" for UINT64_MAX), due_ns, attempts,
+ *            firing, shard, key, payload size
  *   dead     dead letters in the order they died, the same columns
  *
  * Everything it prints can be read with psql too: the views chime.pending and chime.cluster, and
@@ -104,14 +104,20 @@ static int cmd_status(PGconn *c)
     return cmd_counts(c);
 }
 
+/* A due time as the journal's listing prints it. The backend stores UINT64_MAX (a put that never
+ * fires) and saturated retries as the largest bigint (lanes.c, DUE_MAX), a row no load reads: it
+ * is printed as the API's UINT64_MAX, "never", not as a date in 2262 (found in review). */
+#define DUE_COLUMNS(col)                                                                   \
+    "CASE WHEN " col " = 9223372036854775807 THEN 'never' ELSE to_char(to_timestamp(" col  \
+    " / 1e9) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') END, CASE WHEN " col \
+    " = 9223372036854775807 THEN '18446744073709551615' ELSE " col "::text END"
+
 static int cmd_list(PGconn *c, int dead)
 {
-    PGresult *r = query(c, dead ? "SELECT to_char(to_timestamp(due / 1e9) AT TIME ZONE 'UTC',"
-                                  " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), due, attempt, false, shard,"
+    PGresult *r = query(c, dead ? "SELECT " DUE_COLUMNS("due") ", attempt, false, shard,"
                                   " encode(key, 'hex'), length(payload) FROM chime.dead"
                                   " ORDER BY seq"
-                                : "SELECT to_char(to_timestamp(due_ns / 1e9) AT TIME ZONE 'UTC',"
-                                  " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), due_ns, attempt, firing,"
+                                : "SELECT " DUE_COLUMNS("due_ns") ", attempt, firing,"
                                   " shard, encode(key, 'hex'), payload_bytes FROM chime.pending"
                                   " ORDER BY due_ns");
     if (!r)

@@ -5,7 +5,8 @@
  * service. list, count and dead read the files they listed even once the service has compacted
  * them away (snapshot.c); verify reads again when it meets one gone.
  *
- *   chime-store list DIR     pending timers by due time: due (UTC), due_ns, attempts, key, payload size
+ *   chime-store list DIR     pending timers by due time: due (UTC; "never" for UINT64_MAX), due_ns,
+ *                            attempts, key, payload size
  *   chime-store dead DIR     dead letters in the order they died, the same columns
  *   chime-store count DIR    how many pending timers and dead letters
  *   chime-store verify DIR   every file checked: its size, records (and a segment's group commits,
@@ -261,8 +262,8 @@ static int print_one(void *ctx, const struct chime__rec *r)
         return 0;
     time_t secs = (time_t)(r->due / 1000000000u);
     struct tm tm;
-    char when[32] = "-";
-    if (gmtime_r(&secs, &tm))
+    char when[32] = "never"; /* UINT64_MAX: kept, never fired (chime_store.h) */
+    if (r->due != UINT64_MAX && gmtime_r(&secs, &tm))
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     printf("%s %" PRIu64 " %" PRIu32 " ", when, r->due, r->attempt);
     print_key(stdout, r->key, r->key_len);
