@@ -304,8 +304,11 @@ CHIME_API int chime_store_dead_list(chime_store *s, chime_dead_fn *fn, void *ctx
  * reset to a first firing; a pending timer of the same key is replaced (as chime_store_put).
  * Return: 0 (durable as chime_store_put); -ENOENT if key has no dead letter; -EINVAL as
  *         chime_store_cancel, or for due_ns as chime_store_put; -EIO, -ENOSPC, -EMFILE, -ENFILE,
- *         -ESHUTDOWN, -ENOMEM as chime_store_cancel; -EBADMSG if the journal does not hold the dead
- *         letter its index names, or the store has failed with it.
+ *         -ESHUTDOWN, -ENOMEM as chime_store_cancel (PostgreSQL: -ENOMEM also when the requeue
+ *         committed but its payload could not be copied back; the timer is then pending and fires
+ *         as requeued, loaded by the next poll, and a second requeue finds no dead letter);
+ *         -EBADMSG if the journal does not hold the dead letter its index names, or the store has
+ *         failed with it.
  * Complexity: the journal first reads the dead letter (a flush of its log into a run and a scan of
  * its runs' dead letters, outside the key's lock, so other keys do not wait for it), then as
  * chime_store_put; PostgreSQL: one statement. Thread safety: as chime_store_put.
