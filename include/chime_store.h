@@ -171,7 +171,8 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  * fire at once (within max_fires_per_s), those due within the horizon are loaded, the rest wait on
  * disk. A torn tail left by a crash is cut at the last whole record; nothing that was reported durable
  * is lost. (Damage inside the last group commit written cannot be told from a torn tail and is cut
- * the same way, that commit's acknowledged records after it included: docs/design.md, "Limits".)
+ * the same way, that commit's acknowledged records after it included; so is the newest segment cut
+ * short by something other than a crash, with every commit after the cut: docs/design.md, "Limits".)
  * @out: receives the store; untouched on error.  @handler: called for every firing; @ctx is its first
  * argument.
  * Return: 0; -EINVAL if out, cfg or handler is NULL, cfg->path and cfg->postgres are both NULL,
@@ -340,7 +341,8 @@ struct chime_store_stats {
                                unnamed files in its directory: 32 bytes a slot of its tables
                                beyond about a quarter of a million keys, given back as they go) */
     int error;            /* 0, or the sticky error: -EIO, -ENOSPC, -EBADMSG, -ENOMEM, -EMFILE,
-                             -ENFILE */
+                             -ENFILE, or another error of the file system's a journal write met
+                             (-EDQUOT, -EROFS, -EFBIG...; see above) */
     uint64_t lead_ns;     /* how long before its due time a firing is recorded now (2 to 50 ms,
                              from recent commit times; see chime_store_cancel) */
 };

@@ -171,7 +171,8 @@ CHIME_API int chime_timer_reschedule(chime_timer *t, chime_id id, uint64_t delay
  * worker had already taken from its queue, at most 32 each); every timer that will never fire is
  * passed to on_unfired(arg) once, so the caller can free what it gave. on_unfired runs on the
  * advancing thread before stop returns; it may be NULL. The threads are joined before stop returns.
- * Afterwards every call but chime_timer_stats and chime_timer_free returns -ESHUTDOWN.
+ * Afterwards every call but chime_timer_stats, chime_timer_now and chime_timer_free returns
+ * -ESHUTDOWN (after its own argument checks: -EINVAL comes first).
  * Return: 0; -EINVAL if t is NULL or how is neither mode; -EDEADLK if called from one of t's
  *         callbacks (or on_unfired); -ESHUTDOWN if stop was already called.
  * Complexity: O(pending + pool capacity); DRAIN also waits for the last deadline.
