@@ -217,7 +217,7 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
  * year 2554) is kept but never fires: no wall clock in ns since the epoch reaches it.
  * Return: 0 (with CHIME_SYNC_EACH: the put is on stable storage); -EINVAL if s, key or payload is NULL,
  *         or key_len or payload_len is 0 or over its maximum, or (PostgreSQL, whose due times are
- *         bigint) due_ns is over INT64_MAX, in the year 2262, and not UINT64_MAX (nothing is
+ *         bigint) due_ns is INT64_MAX or more, in the year 2262, and not UINT64_MAX (nothing is
  *         written); -EIO, -ENOSPC, -EBADMSG, -EMFILE, -ENFILE (the
  *         store has failed: see above; this put was not reported durable: after a reopen it may be
  *         there or not, as a write cut by a crash); -ESHUTDOWN once close has begun; -ENOMEM.

@@ -521,14 +521,17 @@ static void test_open_refuses_a_database_without_the_schema(void)
 }
 
 /* A put due at UINT64_MAX is kept and never fires (chime_store.h), as with the journal; other due
- * times beyond INT64_MAX (the year 2262) do not fit the database's bigint and are -EINVAL. Found
- * in review: every due time beyond INT64_MAX was refused. */
+ * times from INT64_MAX on (the year 2262) do not fit the database's bigint and are -EINVAL. Found
+ * in review: every due time beyond INT64_MAX was refused; and a put at INT64_MAX itself returned 0
+ * and never fired (stored as UINT64_MAX is). */
 static void test_a_put_due_at_uint64_max_is_kept_and_never_fires(void)
 {
     fresh();
     chime_store *s = open_node("a");
     CHECK_EQ(chime_store_put(s, "held", 4, "x", 1, UINT64_MAX), 0);
     CHECK_EQ(chime_store_put(s, "late", 4, "x", 1, (uint64_t)INT64_MAX + 1), -EINVAL);
+    CHECK_EQ(chime_store_put(s, "edge", 4, "x", 1, (uint64_t)INT64_MAX), -EINVAL);
+    CHECK_EQ(chime_store_put(s, "last", 4, "x", 1, (uint64_t)INT64_MAX - 1), 0); /* fits */
     CHECK_EQ(chime_store_put(s, "marker", 6, "x", 1, wall_ns() + 100 * MS), 0);
     recorder_wait_key(&rec, "marker", 1, NULL); /* fired after "held" would have been loaded */
     CHECK_EQ(recorder_count_key(&rec, "held"), 0);

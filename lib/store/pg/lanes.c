@@ -275,7 +275,9 @@ int chime__pg_lanes_sync(struct chime__backend *b)
 /* Due times are bigint in the database: beyond 2^63 - 1 ns (the year 2262) they do not fit. A put
  * there is refused (chime_store.h), but for UINT64_MAX, which is kept and never fires (as with the
  * journal), and a retry's saturated delay: both are stored as DUE_MAX, a row never read, since
- * every read takes parts below a bound that saturates at DUE_MAX too (firing.c, loader.c). */
+ * every read takes parts below a bound that saturates at DUE_MAX too (firing.c, loader.c). So a put
+ * at DUE_MAX itself is refused as well: stored, it would mean "never", where the journal fires it
+ * in 2262 (found in review: it returned 0 and never fired). */
 #define DUE_MAX ((uint64_t)INT64_MAX)
 
 /* Whether a put due at `due` for a shard another node owns is notified to it (P7): due before
@@ -288,7 +290,7 @@ static bool due_soon(const struct chime__backend *b, uint64_t due)
 
 static int due_stored(uint64_t due, int retry, uint64_t *stored)
 {
-    if (due > DUE_MAX && due != UINT64_MAX && !retry)
+    if (due >= DUE_MAX && due != UINT64_MAX && !retry)
         return -EINVAL; /* a user's put or requeue: refused, nothing written */
     *stored = due > DUE_MAX ? DUE_MAX : due;
     return 0;
