@@ -50,16 +50,17 @@ static void house_open(struct house *h)
     CHECK_EQ(chime__pg_schema_read(&h->pc, &h->sc), 0);
 }
 
-/* A cancelled timer (the key "tom") whose row is in the partition of `part`. */
+/* A cancelled timer (the key "tom") whose row is in the partition of `part`, ended an hour ago
+ * (older than the tombstones the housekeeper keeps: schema.c, TOMBSTONE_AGE). */
 static void tombstone(PGconn *c, uint64_t part)
 {
-    char sql[400];
+    char sql[600];
     snprintf(sql, sizeof sql,
              "WITH v AS (SELECT nextval('chime.versions') * 4096 + 1 AS version),"
              " t AS (INSERT INTO chime.timers (part, shard, key, version, due, payload)"
              " SELECT %llu, 0, '\\x746f6d'::bytea, version, %llu, '\\x78' FROM v)"
              " INSERT INTO chime.keys (key, version, part, shard, attempt, end_epoch, ended_at)"
-             " SELECT '\\x746f6d'::bytea, version, %llu, 0, 0, 0, now() FROM v",
+             " SELECT '\\x746f6d'::bytea, version, %llu, 0, 0, 0, now() - interval '1 hour' FROM v",
              (unsigned long long)part, (unsigned long long)part, (unsigned long long)part);
     CHECK(pg_command(c, sql), "the tombstone");
 }

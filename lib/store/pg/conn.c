@@ -8,7 +8,8 @@
  * SESSION SETTINGS
  *   statement_timeout 60 s: no statement of chime's takes that long; one that does (a lock wait
  *     behind something stuck) is rolled back and run again. It also bounds how long a put can sit
- *     between taking its version and inserting it, far below the partition width that P4 needs.
+ *     between taking its version and inserting it, below the two minutes a tombstone is kept for
+ *     P4 (schema.c, TOMBSTONE_AGE).
  *   idle_in_transaction_session_timeout max(lease / 2, 1 s): a node paused inside a transaction
  *     (SIGSTOP) holds row locks, among them FOR KEY SHARE locks on shard rows that a takeover must
  *     lock FOR UPDATE; the server ends such a session within that time, so a takeover waits at

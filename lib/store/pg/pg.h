@@ -52,8 +52,10 @@
  *      finds the key's row draws its version once it holds the row's lock, so it always replaces
  *      the row; a retry replaces it only while its version is the one that fired (statements.h).
  *      Rows of ended timers stay as tombstones until their partition is dropped, at least one
- *      partition width after it ended, so a put of the same key always meets its predecessor.
- *      (lanes.c, house.c)
+ *      partition width after it ended, and at least two minutes after they ended (longer than any
+ *      statement runs: a put whose statement drew its version before its predecessor was written
+ *      has ended by then), so a put of the same key always meets its predecessor.
+ *      (lanes.c, house.c, schema.c)
  *   P5 A cancel is never undone: it ends the key's current version (end_epoch = 0) in a committed
  *      transaction; a later write of that key is a newer put (a larger version). Nothing else ever
  *      clears end_epoch, and a version ends at most once.
