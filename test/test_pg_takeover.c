@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A dead node's shard is taken within its lease plus the bound test_pg_cluster states, even when
+ * the node died while one of its owner statements (here its acknowledgement) waited for a key's
+ * row that another transaction holds (an operator's SELECT ... FOR UPDATE, another node's long
+ * transaction). Such a statement holds its shard's row FOR KEY SHARE, and every acquisition skips
+ * a locked row (FOR UPDATE SKIP LOCKED); the server ended the dead node's session only when the
+ * wait ended, since it looks at a client only when it next reads from it: with the key held, after
+ * statement_timeout (60 s). conn.c now sets client_connection_check_interval, so the server sees
+ * the dead client while the statement waits. Found by a review of leases and fencing (session 22).
+ *
+ * Environment: CHIME_PG_LEASE_MS (default 1000), CHIME_PG_TAKEOVER_BOUND_MS (default 5000), as
+ * test_pg_cluster reads them; .ci/run sets longer ones under valgrind and TSan, all far below
+ * the 60 s that the wait lasted.
+ */
+#include "pg_test.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static struct pg_cluster cluster;
+static char conninfo[600];
+
+static unsigned env_ms(const char *name, unsigned def)
+{
+    const char *v = getenv(name);
+    return v && *v ? (unsigned)strtoul(v, NULL, 10) : def;
+}
+
+/* The child's handler: says it runs, then returns 0 once told to (its acknowledgement then waits
+ * for the key's row). */
+static int started_pipe[2], go_pipe[2];
+
+static int64_t signal_and_wait(struct recorder *r, const struct chime_fire *fire)
+{
+    (void)r;
+    (void)fire;
+    char c = 'f';
+    if (write(started_pipe[1], &c, 1) != 1 || read(go_pipe[0], &c, 1) != 1)
+        _exit(3);
+    return 0;
+}
+
+static void test_a_dead_nodes_shard_is_taken_though_its_ack_waited_for_a_key(void)
+{
+    CHECK_EQ(pg_cluster_db(&cluster, "takeover", 1, 60, conninfo, sizeof conninfo), 0);
+    uint64_t lease = env_ms("CHIME_PG_LEASE_MS", 1000) * MS;
+    uint64_t bound = lease + env_ms("CHIME_PG_TAKEOVER_BOUND_MS", 5000) * MS;
+    CHECK_EQ(pipe(started_pipe), 0);
+    CHECK_EQ(pipe(go_pipe), 0);
+    const char *key = "held-1";
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) { /* node a, the one shard's owner */
+        pg_cluster_forked(&cluster);
+        struct recorder rec;
+        recorder_init(&rec, NULL);
+        rec.reply = signal_and_wait;
+        chime_store *a = NULL;
+        if (pg_open_node(&a, conninfo, "a", &rec, lease, 0) != 0 ||
+            chime_store_put(a, key, strlen(key), "x", 1, wall_ns() + 100 * MS) != 0)
+            _exit(2);
+        for (;;)
+            pause(); /* until killed */
+    }
+    close(started_pipe[1]); /* so that a child that failed reads as end of file, not a hang */
+    close(go_pipe[0]);
+    char c;
+    CHECK_EQ(read(started_pipe[0], &c, 1), 1); /* a's handler runs: its firing committed */
+    PGconn *h = pg_connect_or_die(conninfo), *obs = pg_connect_or_die(conninfo);
+    pg_hold_key(h, key);
+    CHECK_EQ(write(go_pipe[1], "g", 1), 1);
+    char sql[300]; /* a's acknowledgement waits for the key's row: a session of a's blocked by h */
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'chime a %%'"
+             " AND %d = ANY(pg_blocking_pids(pid))",
+             PQbackendPID(h));
+    while (pg_value(obs, sql) < 1)
+        sleep_ms(10); /* a poll of the server's lock table */
+    CHECK_EQ(kill(pid, SIGKILL), 0);
+    CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    uint64_t killed = mono_ns();
+    struct recorder rb;
+    recorder_init(&rb, NULL);
+    chime_store *b = NULL;
+    CHECK_EQ(pg_open_node(&b, conninfo, "b", &rb, lease, 0), 0);
+    char who[80] = "";
+    while (!(pg_owner(obs, 0, who, sizeof who) && !strcmp(who, "b")))
+        sleep_ms(20); /* a poll of the shard's row */
+    uint64_t took = mono_ns() - killed;
+    long long blocked = pg_value(obs, sql); /* the key is still held: nothing else let a's go */
+    printf("# shard 0 taken by b %llu ms after a was killed (bound %llu ms); a's sessions still "
+           "waiting for the key: %lld\n",
+           (unsigned long long)(took / MS), (unsigned long long)(bound / MS), blocked);
+    CHECK(pg_command(h, "ROLLBACK"), "release the key");
+    recorder_wait_key(&rb, key, 1, NULL); /* the firing a recorded fires again on b */
+    CHECK_EQ(chime_store_close(b), 0);
+    recorder_free(&rb);
+    PQfinish(h);
+    PQfinish(obs);
+    CHECK(took <= bound, "a dead node's shard was taken %llu ms after the kill, over the bound of "
+                         "%llu ms: its acknowledgement's session, waiting for a key's row, kept the "
+                         "shard's row locked", (unsigned long long)(took / MS),
+          (unsigned long long)(bound / MS));
+}
+
+int main(void)
+{
+    static const struct tap_test tests[] = {
+        { "a_dead_nodes_shard_is_taken_though_its_ack_waited_for_a_key",
+          test_a_dead_nodes_shard_is_taken_though_its_ack_waited_for_a_key },
+    };
+    return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
+}
