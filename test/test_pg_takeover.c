@@ -55,6 +55,8 @@ static void test_a_dead_nodes_shard_is_taken_though_its_ack_waited_for_a_key(voi
     CHECK(pid >= 0, "fork");
     if (pid == 0) { /* node a, the one shard's owner */
         pg_cluster_forked(&cluster);
+        close(started_pipe[0]); /* so that a test that died reads as end of file here */
+        close(go_pipe[1]);
         struct recorder rec;
         recorder_init(&rec, NULL);
         rec.reply = signal_and_wait;
