@@ -262,8 +262,10 @@ static int print_one(void *ctx, const struct chime__rec *r)
         return 0;
     time_t secs = (time_t)(r->due / 1000000000u);
     struct tm tm;
-    char when[32] = "never"; /* UINT64_MAX: kept, never fired (chime_store.h) */
-    if (r->due != UINT64_MAX && gmtime_r(&secs, &tm))
+    char when[32] = "-";
+    if (r->due == UINT64_MAX)
+        snprintf(when, sizeof when, "never"); /* kept, never fired (chime_store.h) */
+    else if (gmtime_r(&secs, &tm))
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     printf("%s %" PRIu64 " %" PRIu32 " ", when, r->due, r->attempt);
     print_key(stdout, r->key, r->key_len);
