@@ -174,7 +174,8 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  * disk. A torn tail left by a crash is cut at the last whole record; nothing that was reported durable
  * is lost. (Damage inside the last group commit written cannot be told from a torn tail and is cut
  * the same way, that commit's acknowledged records after it included; so is the newest segment cut
- * short by something other than a crash, with every commit after the cut: docs/design.md, "Limits".)
+ * short by something other than a crash, with every commit after the cut: docs/design.md,
+ * "Limits".)
  * @out: receives the store; untouched on error.  @handler: called for every firing; @ctx is its first
  * argument.
  * Return: 0; -EINVAL if out, cfg or handler is NULL, cfg->path and cfg->postgres are both NULL,

@@ -334,9 +334,9 @@ static void put_params(const char *keys, const char *parts, const char *zeros, c
     v[5] = strchr(keys, ',') ? "{p,p}" : "{p}";
 }
 
-/* The race of tests 7 and 9, with the lane's own statements on sessions of the test's: a lane's put
- * of a-0 and k-0 waits for a-0's row (held), its version base drawn; meanwhile another node puts k-0
- * (version vq) and cancels it, and k-0's partition settles. */
+/* The race of tests 7 and 9, with the lane's own statements on sessions of the test's: a lane's
+ * put of a-0 and k-0 waits for a-0's row (held), its version base drawn; meanwhile another node
+ * puts k-0 (version vq) and cancels it, and k-0's partition settles. */
 struct race {
     PGconn *obs, *hold, *lane, *other;
     struct house h;
@@ -359,8 +359,8 @@ static void race_open(struct race *x, uint64_t widths_ahead)
     CHECK_EQ(chime__pg_partitions_ensure(&x->h.pc, &x->h.sc, x->far, x->far), PG_OK);
 }
 
-/* a-0's row (which exists) held, then the lane's put of a-0 (far) and k-0 (part kpart) sent; returns once it
- * waits for a-0's row. */
+/* a-0's row (which exists) held, then the lane's put of a-0 (far) and k-0 (part kpart) sent;
+ * returns once it waits for a-0's row. */
 static void race_lane_waits(struct race *x, uint64_t kpart)
 {
     pg_hold_key(x->hold, "a-0");

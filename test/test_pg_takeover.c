@@ -102,10 +102,10 @@ static void test_a_dead_nodes_shard_is_taken_though_its_ack_waited_for_a_key(voi
     recorder_free(&rb);
     PQfinish(h);
     PQfinish(obs);
-    CHECK(took <= bound, "a dead node's shard was taken %llu ms after the kill, over the bound of "
-                         "%llu ms: its acknowledgement's session, waiting for a key's row, kept the "
-                         "shard's row locked", (unsigned long long)(took / MS),
-          (unsigned long long)(bound / MS));
+    CHECK(took <= bound,
+          "a dead node's shard was taken %llu ms after the kill, over the bound of %llu ms: its "
+          "acknowledgement's session, waiting for a key's row, kept the shard's row locked",
+          (unsigned long long)(took / MS), (unsigned long long)(bound / MS));
 }
 
 int main(void)
