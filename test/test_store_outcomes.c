@@ -47,10 +47,7 @@ static chime_store *open_enomem(struct chime_store_config *cfg)
     enomem_ops.put = put_enomem;
     enomem_ops.bury = bury_enomem;
     enomem_ops.ack = ack_enomem;
-    chime__store_set_backend(&enomem_ops);
-    chime_store *s = open_store(cfg);
-    chime__store_set_backend(NULL);
-    return s;
+    return open_store_on(&enomem_ops, cfg);
 }
 
 static int64_t retry_first(struct recorder *r, const struct chime_fire *f)

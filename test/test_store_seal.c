@@ -44,10 +44,7 @@ static chime_store *open_sealing(struct chime_store_config *cfg,
     if (closing)
         sealing_ops.closing = closing;
     sealing_ops.close = close;
-    chime__store_set_backend(&sealing_ops);
-    chime_store *s = open_store(cfg);
-    chime__store_set_backend(NULL);
-    return s;
+    return open_store_on(&sealing_ops, cfg);
 }
 
 static int sealing_fence_valid(struct chime__backend *b, uint64_t fence)
