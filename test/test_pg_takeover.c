@@ -1,13 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A dead node's shard is taken within its lease plus the bound test_pg_cluster states, even when
- * the node died while one of its owner statements (here its acknowledgement) waited for a key's
- * row that another transaction holds (an operator's SELECT ... FOR UPDATE, another node's long
- * transaction). Such a statement holds its shard's row FOR KEY SHARE, and every acquisition skips
- * a locked row (FOR UPDATE SKIP LOCKED); the server ended the dead node's session only when the
- * wait ended, since it looks at a client only when it next reads from it: with the key held, after
- * statement_timeout (60 s). conn.c now sets client_connection_check_interval, so the server sees
- * the dead client while the statement waits. Found by a review of leases and fencing (session 22).
+ * A dead or paused node's shard is taken within its lease plus the bound test_pg_cluster states,
+ * even when the node stopped while one of its owner statements (here its acknowledgement) waited
+ * for a key's row that another transaction holds (an operator's SELECT ... FOR UPDATE, another
+ * node's long transaction). Such a statement holds its shard's row FOR KEY SHARE, and every
+ * acquisition skips a locked row (FOR UPDATE SKIP LOCKED). Found by a review of leases and fencing
+ * (session 22), with the key held:
+ *   1. a dead node: the server ended its session only when the wait ended, since it looks at a
+ *      client only when it next reads from it: after statement_timeout (60 s). conn.c sets
+ *      client_connection_check_interval, so the server sees the dead client while it waits.
+ *   2. a paused node (SIGSTOP): its client is alive, its session active, not idle in a
+ *      transaction, so nothing ended the wait before statement_timeout either. conn.c sets
+ *      lock_timeout on the owners' sessions; the failed transaction then sits idle until
+ *      idle_in_transaction_session_timeout ends it.
  *
  * Environment: CHIME_PG_LEASE_MS (default 1000), CHIME_PG_TAKEOVER_BOUND_MS (default 5000), as
  * test_pg_cluster reads them; .ci/run sets longer ones under valgrind and TSan, all far below
@@ -42,9 +47,11 @@ static int64_t signal_and_wait(struct recorder *r, const struct chime_fire *fire
     return 0;
 }
 
-static void test_a_dead_nodes_shard_is_taken_though_its_ack_waited_for_a_key(void)
+/* Node a (a child) owns the one shard; its acknowledgement waits for a key's row that the test
+ * holds; a gets sig (SIGKILL or SIGSTOP); node b must take the shard within the bound. */
+static void stopped_while_waiting_for_a_key(const char *db, int sig)
 {
-    CHECK_EQ(pg_cluster_db(&cluster, "takeover", 1, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, db, 1, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     uint64_t lease = env_ms("CHIME_PG_LEASE_MS", 1000) * MS;
     uint64_t bound = lease + env_ms("CHIME_PG_TAKEOVER_BOUND_MS", 5000) * MS;
     CHECK_EQ(pipe(started_pipe), 0);
@@ -81,8 +88,9 @@ static void test_a_dead_nodes_shard_is_taken_though_its_ack_waited_for_a_key(voi
              PQbackendPID(h));
     while (pg_value(obs, sql) < 1)
         sleep_ms(10); /* a poll of the server's lock table */
-    CHECK_EQ(kill(pid, SIGKILL), 0);
-    CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    CHECK_EQ(kill(pid, sig), 0);
+    if (sig == SIGKILL)
+        CHECK_EQ(waitpid(pid, NULL, 0), pid);
     uint64_t killed = mono_ns();
     struct recorder rb;
     recorder_init(&rb, NULL);
@@ -93,19 +101,34 @@ static void test_a_dead_nodes_shard_is_taken_though_its_ack_waited_for_a_key(voi
         sleep_ms(20); /* a poll of the shard's row */
     uint64_t took = mono_ns() - killed;
     long long blocked = pg_value(obs, sql); /* the key is still held: nothing else let a's go */
-    printf("# shard 0 taken by b %llu ms after a was killed (bound %llu ms); a's sessions still "
+    const char *what = sig == SIGKILL ? "killed" : "paused";
+    printf("# shard 0 taken by b %llu ms after a was %s (bound %llu ms); a's sessions still "
            "waiting for the key: %lld\n",
-           (unsigned long long)(took / MS), (unsigned long long)(bound / MS), blocked);
+           (unsigned long long)(took / MS), what, (unsigned long long)(bound / MS), blocked);
     CHECK(pg_command(h, "ROLLBACK"), "release the key");
     recorder_wait_key(&rb, key, 1, NULL); /* the firing a recorded fires again on b */
     CHECK_EQ(chime_store_close(b), 0);
+    if (sig != SIGKILL) {
+        CHECK_EQ(kill(pid, SIGKILL), 0);
+        CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    }
     recorder_free(&rb);
     PQfinish(h);
     PQfinish(obs);
     CHECK(took <= bound,
-          "a dead node's shard was taken %llu ms after the kill, over the bound of %llu ms: its "
+          "a %s node's shard was taken %llu ms after it stopped, over the bound of %llu ms: its "
           "acknowledgement's session, waiting for a key's row, kept the shard's row locked",
-          (unsigned long long)(took / MS), (unsigned long long)(bound / MS));
+          what, (unsigned long long)(took / MS), (unsigned long long)(bound / MS));
+}
+
+static void test_a_dead_nodes_shard_is_taken_though_its_ack_waited_for_a_key(void)
+{
+    stopped_while_waiting_for_a_key("takeover_dead", SIGKILL);
+}
+
+static void test_a_paused_nodes_shard_is_taken_though_its_ack_waited_for_a_key(void)
+{
+    stopped_while_waiting_for_a_key("takeover_paused", SIGSTOP);
 }
 
 int main(void)
@@ -113,6 +136,8 @@ int main(void)
     static const struct tap_test tests[] = {
         { "a_dead_nodes_shard_is_taken_though_its_ack_waited_for_a_key",
           test_a_dead_nodes_shard_is_taken_though_its_ack_waited_for_a_key },
+        { "a_paused_nodes_shard_is_taken_though_its_ack_waited_for_a_key",
+          test_a_paused_nodes_shard_is_taken_though_its_ack_waited_for_a_key },
     };
     return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
 }

@@ -13,9 +13,16 @@
  *   idle_in_transaction_session_timeout max(lease / 2, 1 s): a node paused inside a transaction
  *     (SIGSTOP) holds row locks, among them FOR KEY SHARE locks on shard rows that a takeover must
  *     lock FOR UPDATE; the server ends such a session within that time, so a takeover waits at
- *     most that long beyond the lease. (Not a session paused while a statement of it waits for a
- *     lock: that one is active, and holds its locks until the wait ends: not fixed, see
- *     docs/design.md, "Limits" of the PostgreSQL backend.)
+ *     most that long beyond the lease.
+ *   lock_timeout max(lease / 4, 1 s), on the owners' sessions (roles "lane" and "fire") only: a
+ *     node paused while one of its owner statements waits for a key's row that another
+ *     transaction holds is not idle but active, and kept the shard rows it had locked until the
+ *     wait ended, up to statement_timeout while the key stayed held (found in review;
+ *     test_pg_takeover). The wait now ends within this time (SQLSTATE 55P03: rolled back and run
+ *     again, PG_RETRY), and the paused session is then idle in its failed transaction, which the
+ *     setting above ends. At least deadlock_timeout's default, 1 s, so that the server's deadlock
+ *     check settles a real cycle first; the owners lock the keys they share in one order
+ *     (statements.h), so a wait that long means a key held by something stuck or slow.
  *   client_connection_check_interval lease / 4 (at least 500 ms; PostgreSQL 14 on): the server
  *     checks that the client is still there while a statement runs, so that a dead node's session
  *     waiting for a lock goes within that time, with the shard rows it holds.
@@ -189,7 +196,7 @@ PGconn *chime__pg_connectdb(const char *conninfo, const char *app)
 
 int chime__pg_connect(struct pg_conn *pc)
 {
-    char app[128], set[280], *parse_err = NULL;
+    char app[128], set[320], *parse_err = NULL;
     /* A malformed string is -EINVAL, told by libpq's parser rather than by its message, which is
      * in the application's language (test_pg_locale). */
     PQconninfoOption *parsed = PQconninfoParse(pc->conninfo, &parse_err);
@@ -225,14 +232,19 @@ int chime__pg_connect(struct pg_conn *pc)
      * next reads from it, and every acquisition skips a locked row, so the dead node's shards
      * stayed untaken (found in review; test_pg_takeover). client_connection_check_interval
      * (PostgreSQL 14 on) has the server look while a statement runs. */
-    char check[80] = "";
+    char check[80] = "", lock[48] = "";
     if (PQserverVersion(pc->c) >= 140000)
         snprintf(check, sizeof check, " SET client_connection_check_interval = %llu;",
                  (unsigned long long)(idle_ms / 2));
+    if (pc->role && (!strcmp(pc->role, "lane") || !strcmp(pc->role, "fire"))) {
+        uint64_t lock_ms = pc->lease_ns / 4000000u; /* see SESSION SETTINGS */
+        snprintf(lock, sizeof lock, " SET lock_timeout = %llu;",
+                 (unsigned long long)(lock_ms < 1000 ? 1000 : lock_ms));
+    }
     snprintf(set, sizeof set,
-             "SET statement_timeout = 60000; SET idle_in_transaction_session_timeout = %llu;%s"
+             "SET statement_timeout = 60000; SET idle_in_transaction_session_timeout = %llu;%s%s"
              " SET client_min_messages = warning",
-             (unsigned long long)idle_ms, check);
+             (unsigned long long)idle_ms, check, lock);
     int rc = chime__pg_run(pc, set, NULL);
     if (rc != PG_OK)
         chime__pg_disconnect(pc);
