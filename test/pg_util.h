@@ -327,6 +327,16 @@ static inline void pg_cluster_forked(struct pg_cluster *c)
     c->reaper = 0;
 }
 
+/* The partition width most tests create their databases with. A node makes the partitions of its
+ * next 64 widths at most (lib/store/pg/house.c, AHEAD_MAX), or of its horizon and two widths more
+ * if that is fewer: with the default horizon (an hour), 64 partitions of 60 s, against 10 of 600 s.
+ * Partitions of 60 s made 57 a database in test_pg_store, about 8 of the 13 s of statement time
+ * its server spent (pg_stat_statements), in every one of CI's four stages. The tests of partitions
+ * (test_pg_partitions, test_pg_retire) set their own widths, test_pg_cluster keeps 60 s so that
+ * its load crosses a partition's end now and then, and tests that need a put beyond the partitions
+ * made ahead put it days ahead. */
+#define PG_WIDTH_S 600
+
 /* Create database `name` with chime's schema (shards; partitions of partition_s seconds), and its
  * connection string into out. Return: 0 or -1. */
 static inline int pg_cluster_db(const struct pg_cluster *c, const char *name, unsigned shards,

@@ -33,7 +33,7 @@ static void fresh_db(unsigned shards, unsigned partition_s)
 
 static void fresh(void)
 {
-    fresh_db(SHARDS, 60);
+    fresh_db(SHARDS, PG_WIDTH_S);
 }
 
 static chime_store *open_relayed(void)

@@ -54,7 +54,7 @@ static void fresh(struct recorder *ra, struct recorder *rb,
 {
     char name[32];
     snprintf(name, sizeof name, "dead_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, SHARDS, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, name, SHARDS, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     recorder_init(ra, NULL);
     recorder_init(rb, NULL);
     ra->reply = rb->reply = reply;

@@ -57,7 +57,7 @@ static int64_t retry_while_draining(struct recorder *r, const struct chime_fire 
 static void drain_under_a_handler(const char *db, enum drain_mode mode, uint64_t lease,
                                   struct firing *f)
 {
-    CHECK_EQ(pg_cluster_db(&cluster, db, 2, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, db, 2, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     recorder_init(&rec, NULL);
     rec.reply = retry_while_draining;
     drain_mode = mode;
@@ -170,7 +170,7 @@ static void fired_again_by_b_alone(chime_store *a, chime_store *b, const char *k
 
 static void test_a_firing_abandoned_before_its_handler_starts_does_not_hold_the_drain(void)
 {
-    CHECK_EQ(pg_cluster_db(&cluster, "drain_4", 2, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, "drain_4", 2, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     recorder_init(&rec, NULL);
     atomic_store(&drain_started, 0);
     fire_waits = chime__pg_ops;
@@ -214,7 +214,7 @@ static int64_t busy_reply(struct recorder *r, const struct chime_fire *fire)
 
 static void test_a_firing_waiting_for_a_busy_worker_does_not_hold_the_drain(void)
 {
-    CHECK_EQ(pg_cluster_db(&cluster, "drain_5", 2, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, "drain_5", 2, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     recorder_init(&rec, NULL);
     rec.reply = busy_reply;
     atomic_store(&busy_started, 0);

@@ -39,7 +39,7 @@ static void lapse_in_the_renewal(struct chime__backend *b, unsigned shard)
  */
 static void test_a_lapse_seen_between_a_renewals_check_and_its_extension_ends_the_epoch(void)
 {
-    CHECK_EQ(pg_cluster_db(&cluster, "lease_1", 1, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, "lease_1", 1, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     recorder_init(&rec, NULL);
     chime__pg_renew_hook = lapse_in_the_renewal; /* before any lease thread runs */
     chime_store *s = NULL;
@@ -106,7 +106,7 @@ static void hold_a_takeover_past_its_snapshots_expiry(struct chime__backend *b, 
 
 static void test_a_takeover_fetched_after_the_expiry_its_snapshot_saw_still_reads_the_shard(void)
 {
-    CHECK_EQ(pg_cluster_db(&cluster, "lease_3", 1, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, "lease_3", 1, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     recorder_init(&rec, NULL);
     read_c = pg_connect_or_die(conninfo);
     chime__pg_read_hook = hold_a_takeover_past_its_snapshots_expiry;
@@ -215,7 +215,7 @@ static long long shard0_expiry(PGconn *obs)
 
 static void test_an_ack_checked_after_waiting_past_the_expiry_its_snapshot_saw_still_commits(void)
 {
-    CHECK_EQ(pg_cluster_db(&cluster, "lease_4", 1, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, "lease_4", 1, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     recorder_init(&rec, NULL);
     rec.reply = hold_the_handler;
     struct chime_store_config cfg;
@@ -284,7 +284,7 @@ static void test_an_ack_checked_after_waiting_past_the_expiry_its_snapshot_saw_s
  */
 static void test_an_owner_statement_waiting_for_a_keys_lock_does_not_hold_up_the_renewal(void)
 {
-    CHECK_EQ(pg_cluster_db(&cluster, "lease_5", 1, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, "lease_5", 1, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     recorder_init(&rec, NULL);
     rec.reply = hold_the_handler;
     atomic_store(&fired_fence, 0); /* test 4 used them */
@@ -393,7 +393,7 @@ static void ack_let_go(PGconn *h, PGconn *o)
  */
 static void test_an_acquisition_between_an_owner_statements_snapshot_and_its_lock_refuses_it(void)
 {
-    CHECK_EQ(pg_cluster_db(&cluster, "lease_6", 2, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, "lease_6", 2, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     PGconn *obs = pg_connect_or_die(conninfo), *h = pg_connect_or_die(conninfo);
     PGconn *o = pg_connect_or_die(conninfo), *other = pg_connect_or_die(conninfo);
     char k0[32], k1[32];
@@ -440,7 +440,7 @@ static void test_an_acquisition_between_an_owner_statements_snapshot_and_its_loc
  */
 static void test_an_owner_statement_checks_a_shard_it_locks_after_a_wait_against_its_start(void)
 {
-    CHECK_EQ(pg_cluster_db(&cluster, "lease_7", 2, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, "lease_7", 2, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     PGconn *obs = pg_connect_or_die(conninfo), *h = pg_connect_or_die(conninfo);
     PGconn *o = pg_connect_or_die(conninfo);
     char k0[32], k1[32];

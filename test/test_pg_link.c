@@ -27,7 +27,7 @@ static void test_a_batch_slower_on_the_link_than_the_idle_timeout_is_split_and_c
 {
     enum { PUTS = 400, PAYLOAD = 32 << 10 };
     char direct[600], relayed[600];
-    CHECK_EQ(pg_cluster_db(&cluster, "link_1", 8, 60, direct, sizeof direct), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, "link_1", 8, PG_WIDTH_S, direct, sizeof direct), 0);
     CHECK_EQ(pg_proxy_start(&proxy, cluster.port), 0);
     pg_proxy_conninfo(&proxy, "link_1", relayed, sizeof relayed);
     recorder_init(&rec, NULL);

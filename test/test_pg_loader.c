@@ -17,7 +17,7 @@ static void fresh(void)
 {
     char name[32];
     snprintf(name, sizeof name, "loader_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, 1, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, name, 1, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     recorder_free(&rec);
     recorder_init(&rec, NULL);
 }

@@ -24,7 +24,7 @@ static struct recorder rec;
 static void test_a_put_beyond_the_partitions_on_a_german_server_makes_its_partition(void)
 {
     char conninfo[600];
-    CHECK_EQ(pg_cluster_db(&cluster, "sprache", 4, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, "sprache", 4, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     PGconn *c = pg_connect_or_die(conninfo);
     CHECK(pg_command(c, "ALTER DATABASE sprache SET lc_messages = 'de_DE.UTF-8'"), "lc_messages");
     PQfinish(c);

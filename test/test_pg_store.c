@@ -20,7 +20,7 @@ static void fresh(void)
 {
     char name[32];
     snprintf(name, sizeof name, "store_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, SHARDS, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, name, SHARDS, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     recorder_free(&rec);
     recorder_init(&rec, NULL);
 }
@@ -440,7 +440,7 @@ static void test_a_put_due_before_the_owners_boundary_from_a_clock_ahead_still_f
 {
     char name[32];
     snprintf(name, sizeof name, "store_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, 1, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, name, 1, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     struct recorder ro;
     recorder_init(&ro, behind);
     recorder_free(&rec);

@@ -51,7 +51,7 @@ static void fresh(unsigned shards)
 {
     char name[32];
     snprintf(name, sizeof name, "tool_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, shards, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, name, shards, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
 }
 
 /* One pending timer (payload "p"), put through a node that then closes. */

@@ -28,7 +28,7 @@ struct session {
  * with_dead, a dead letter for each of them. */
 static struct session fresh(const char *name, bool with_dead)
 {
-    CHECK_EQ(pg_cluster_db(&cluster, name, 1, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, name, 1, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     struct session s = { pg_connect_or_die(conninfo), pg_connect_or_die(conninfo),
                          pg_connect_or_die(conninfo), pg_connect_or_die(conninfo) };
     CHECK(pg_command(s.obs, "CREATE TABLE chime.timers_all PARTITION OF chime.timers"
