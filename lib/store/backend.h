@@ -302,10 +302,12 @@ struct chime__backend_ops {
     /* Wait until everything recorded before the call is durable. Return: 0; -EIO, -ENOSPC. */
     int (*sync)(struct chime__backend *b);
 
-    /* Optional (NULL: nothing to do). A firing fire() recorded under fence whose handler will not
-     * run (the store closes, the fence lapsed, the store failed): settled without an outcome, it
-     * stays pending, and a restart or the shard's next owner fires it again. */
-    void (*abandon)(struct chime__backend *b, uint64_t fence);
+    /* Optional (NULL: nothing to do). A firing fire() recorded whose handler has not begun and will
+     * not run (the store closes, the fence lapsed or its shard drains, the store failed): settled
+     * without an outcome, it stays pending, and a restart or the shard's next owner fires it
+     * again. t is the firing: its key, t->ref (the version and fence it was recorded under) and
+     * t->attempt (the attempt it recorded); t->fired is set. */
+    void (*abandon)(struct chime__backend *b, const struct chime__timer *t);
 
     /* Whether a fence handed over earlier is still valid. NULL means always (the journal). The logic
      * asks before a handler starts, too: a handler whose fence has lapsed (the process was paused

@@ -280,8 +280,7 @@ void chime__store_abandon(struct chime_store *s, struct hot *e)
 {
     struct hot_stripe *st = chime__store_stripe(s, e->hash);
     pthread_mutex_lock(&st->lock);
-    if (s->ops->abandon && !e->settled) /* settled early by a revoke (lifecycle.c) */
-        s->ops->abandon(s->b, e->ref.fence); /* settled without an outcome (backend.h, fire) */
+    chime__store_settle_unstarted(s, e); /* unless a revoke did (lifecycle.c, sink_revoke) */
     chime__store_unlink(st, e);
     release_successor(s, st, e);
     pthread_mutex_unlock(&st->lock);

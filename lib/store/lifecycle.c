@@ -66,6 +66,16 @@ static void sink_arm(void *ctx, const struct chime__timer *t)
     pthread_mutex_unlock(&st->lock);
 }
 
+void chime__store_settle_unstarted(struct chime_store *s, struct hot *e)
+{
+    if (!s->ops->abandon || e->settled)
+        return;
+    struct chime__timer t = { e->data, e->key_len, e->data + e->key_len, e->payload_len, e->due_ns,
+                              e->attempt, e->ref, 1 };
+    s->ops->abandon(s->b, &t);
+    e->settled = 1; /* once: chime__store_abandon, which ends e, calls this again */
+}
+
 /*
  * Drop what the backend no longer lets this process fire. A recorded firing whose handler has not
  * begun (rid set: it waits for its due time, or for a worker) never will: its fence stays invalid
@@ -92,9 +102,8 @@ static void sink_revoke(void *ctx)
                     continue; /* recording, left to run_handler, or still valid */
                 if (e->state != HOT_RUNNING) {
                     chime__store_drop(s, st, e);
-                } else if (s->ops->abandon) {
-                    s->ops->abandon(s->b, e->ref.fence);
-                    e->settled = 1; /* chime__store_abandon, which ends it, does not again */
+                } else {
+                    chime__store_settle_unstarted(s, e);
                 }
             }
         pthread_mutex_unlock(&st->lock);

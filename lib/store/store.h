@@ -221,6 +221,9 @@ void chime__store_release_held(struct chime_store *s, struct hot *e); /* stripe 
 /* A recorded firing whose handler will not start now (the store closes before its due time, or the
  * runtime refused it): out of the table, pending on disk (a restart fires it with attempt + 1). */
 void chime__store_abandon(struct chime_store *s, struct hot *e);
+/* lifecycle.c: settle the firing of a RUNNING e whose handler has not begun and never will
+ * (backend.h, abandon), once: e->settled records it. Stripe locked. */
+void chime__store_settle_unstarted(struct chime_store *s, struct hot *e);
 /* A RUNNING e whose handler waits for its due time: schedule it again from the wall clock now (it
  * stepped), or take it back if the store is closing and it is not due within the lead. Stripe
  * locked. Return: nonzero if it must be abandoned (after unlocking the stripe). */

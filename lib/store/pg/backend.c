@@ -95,9 +95,9 @@ uint64_t chime__pg_epoch_of(struct chime__backend *b, unsigned shard)
     return chime__pg_holds(b, shard, epoch) ? epoch : 0;
 }
 
-static void pg_abandon(struct chime__backend *b, uint64_t fence)
+static void pg_abandon(struct chime__backend *b, const struct chime__timer *t)
 {
-    chime__pg_settled(b, pg_fence_shard(fence), 1);
+    chime__pg_settled(b, pg_fence_shard(t->ref.fence), 1);
 }
 
 static int pg_fence_valid(struct chime__backend *b, uint64_t fence)
