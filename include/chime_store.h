@@ -138,10 +138,11 @@ struct chime_fire {
                                fired but not acknowledged (a firing is recorded a lead of 2 to 50
                                ms before its due time: a crash in the lead counts it though the
                                handler never ran, and so does a close that does not wait for a
-                               recorded handler because the wall clock stepped back past its lead,
-                               and with PostgreSQL a shard handed to a node that joined while the
-                               firing was in its lead; with max_attempts 1 such a timer goes to the
-                               dead letters unrun).
+                               recorded handler because the wall clock stepped back past its lead;
+                               with max_attempts 1 such a timer goes to the dead letters unrun.
+                               With PostgreSQL, a shard handed to a node that joined while the
+                               firing was in its lead does not count it, unless the old owner
+                               lost its lease meanwhile).
                                For a dead letter: the firings made */
     uint64_t fence;         /* the fencing token of this firing: 0 with the journal; with
                                PostgreSQL, epoch << 16 | shard, where epoch is the lease under which

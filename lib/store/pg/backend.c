@@ -95,9 +95,30 @@ uint64_t chime__pg_epoch_of(struct chime__backend *b, unsigned shard)
     return chime__pg_holds(b, shard, epoch) ? epoch : 0;
 }
 
+/*
+ * A recorded firing whose handler has not begun and never will (backend.h, abandon). On a shard
+ * that drains, in the epoch this node still believes in, it is un-recorded (lanes.c,
+ * chime__pg_unfire): the shard's next owner then fires it with the attempt it would have had, and
+ * a join spends no attempt (found in review: with max_attempts 1 such a timer went to the dead
+ * letters unrun; test_pg_drain). It stays unsettled until the un-record has committed or been
+ * refused, so the drain's release waits for it (lease.c, DRAIN); if the drain's lease bound
+ * releases the shard first, the un-record either holds the shard's row FOR KEY SHARE and commits
+ * before the next acquisition (which waits for it), or finds the shard gone and changes nothing.
+ * Elsewhere (a lapse, a lost lease, close, a failure) it is settled at once: the next owner or the
+ * restart fires it with attempt + 1, as after a crash.
+ */
 static void pg_abandon(struct chime__backend *b, const struct chime__timer *t)
 {
-    chime__pg_settled(b, pg_fence_shard(t->ref.fence), 1);
+    unsigned shard = pg_fence_shard(t->ref.fence);
+    uint64_t epoch = pg_fence_epoch(t->ref.fence);
+    /* relaxed: either answer is safe, since the database checks the epoch (P1); and the logic saw
+     * this fence invalid (chime__pg_holds: a seq_cst load of draining) on this thread before, so a
+     * drain of this epoch is seen here */
+    if (chime__pg_believes(b, shard, epoch) &&
+        atomic_load_explicit(&b->shards[shard].draining, memory_order_relaxed))
+        chime__pg_unfire(b, t);
+    else
+        chime__pg_settled(b, shard, 1);
 }
 
 static int pg_fence_valid(struct chime__backend *b, uint64_t fence)

@@ -19,7 +19,8 @@ void (*chime__pg_commit_hook)(void);
 
 _Static_assert(PG_BATCH < PG_VERSION_ROWS, "a statement's rows are numbered within one version base");
 
-enum { ST_PUT, ST_RETRY, ST_CANCEL, ST_ACK, ST_BURY, ST_REQUEUE, ST_DROP, ST_NOTIFY, ST_COUNT };
+enum { ST_PUT, ST_RETRY, ST_CANCEL, ST_ACK, ST_BURY, ST_REQUEUE, ST_DROP, ST_UNFIRE, ST_NOTIFY,
+       ST_COUNT };
 
 static const struct {
     const char *name, *sql;
@@ -32,6 +33,7 @@ static const struct {
     [ST_BURY] = { "chime_bury", PG_SQL_BURY, PG_OP_BURY },
     [ST_REQUEUE] = { "chime_requeue", PG_SQL_REQUEUE, PG_OP_REQUEUE },
     [ST_DROP] = { "chime_drop", PG_SQL_DROP, PG_OP_DROP },
+    [ST_UNFIRE] = { "chime_unfire", PG_SQL_UNFIRE, PG_OP_UNFIRE },
     [ST_NOTIFY] = { "chime_notify", PG_SQL_NOTIFY, -1 },
 };
 
@@ -185,6 +187,14 @@ static int build(struct pg_lane *l, int st, struct params *p, char token[8])
         break;
     case ST_DROP:
         keys_array(l, p, PG_OP_DROP);
+        break;
+    case ST_UNFIRE:
+        keys_array(l, p, PG_OP_UNFIRE);
+        I64_ARRAY(l, p, PG_OP_UNFIRE, version);
+        I32_ARRAY(l, p, PG_OP_UNFIRE, attempt);
+        I32_ARRAY(l, p, PG_OP_UNFIRE, shard);
+        I64_ARRAY(l, p, PG_OP_UNFIRE, epoch);
+        owner_params(l, p, token);
         break;
     case ST_NOTIFY: { /* "shard:hexkey" for the puts and requeues that notify */
         struct pg_array *a = array(l, p, PG_OID_TEXT);

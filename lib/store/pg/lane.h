@@ -6,7 +6,7 @@
 #include "store/pg/pg.h"
 
 enum pg_op_kind { PG_OP_PUT, PG_OP_RETRY, PG_OP_CANCEL, PG_OP_ACK, PG_OP_BURY, PG_OP_REQUEUE,
-                  PG_OP_DROP, PG_OP_KINDS };
+                  PG_OP_DROP, PG_OP_UNFIRE, PG_OP_KINDS };
 
 struct pg_op {
     struct pg_op *next;
@@ -22,10 +22,10 @@ struct pg_op {
     unsigned shard;
     uint64_t due, part;      /* part: stamped from the clock before each attempt (batch.c) */
     uint64_t version;        /* ack, bury: the version; retry: if_version; cancel: its firing one */
-    uint64_t epoch;          /* ack, bury, retry: the epoch of the firing's fence */
+    uint64_t epoch;          /* ack, bury, retry, unfire: the epoch of the firing's fence */
     struct chime__backend *settles; /* the outcome of a firing fire() recorded: settled (its
                                        shard's `unsettled`) when the operation is freed */
-    uint32_t attempt;
+    uint32_t attempt;        /* put, retry, bury: the attempt to record; unfire: the recorded one */
     uint64_t out_version;    /* put, retry, requeue: the new version; cancel: the cancelled one */
     unsigned char *out_payload; /* requeue: the dead letter's payload (malloc'ed) */
     size_t out_payload_len;

@@ -402,6 +402,19 @@ int chime__pg_bury(struct chime__backend *b, const struct chime__timer *t)
     return enqueue_or_release(b, op);
 }
 
+int chime__pg_unfire(struct chime__backend *b, const struct chime__timer *t)
+{
+    struct pg_op *op = op_new(PG_OP_UNFIRE, t->key, t->key_len, NULL, 0);
+    if (!op)
+        return outcome_unqueued(b, t);
+    op->shard = pg_fence_shard(t->ref.fence);
+    op->settles = b; /* once committed or refused: the drain's release waits for it (lease.c) */
+    op->version = t->ref.version;
+    op->epoch = pg_fence_epoch(t->ref.fence);
+    op->attempt = t->attempt;
+    return enqueue_or_release(b, op);
+}
+
 int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key_len,
                            uint64_t due_ns, const struct chime__dead *seen,
                            struct chime__put_result *res, chime__timer_fn *fn, void *ctx,

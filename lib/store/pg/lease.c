@@ -28,7 +28,8 @@
  * or more after the drain began, that finds none of its firings unsettled (pg_shard.unsettled:
  * counted by fire() before it records, counted out by the outcome's operation when the lane has
  * committed or refused it, or by abandon: at the revoke that follows the drain, for a firing
- * whose handler has not begun, lifecycle.c), and after a lease at the latest: a handler that runs
+ * whose handler has not begun, lifecycle.c, once its un-record has committed or been refused,
+ * backend.c, pg_abandon), and after a lease at the latest: a handler that runs
  * longer then has its outcome refused, as on a lease lost, rather than hold back the node that
  * waits for its share (test_pg_drain: a handler that outlasts a round keeps its retry's delay).
  *

@@ -360,6 +360,10 @@ int chime__pg_cancel(struct chime__backend *b, const void *key, size_t key_len, 
 int chime__pg_wait(struct chime__backend *b, uint64_t ticket);
 int chime__pg_ack(struct chime__backend *b, const struct chime__timer *t, int current);
 int chime__pg_bury(struct chime__backend *b, const struct chime__timer *t);
+/* Un-record t, a firing of a draining shard whose handler never began (statements.h,
+ * PG_SQL_UNFIRE): queued on its lane, settled once committed or refused (or here if it cannot be
+ * queued). Return: 0, or why it was not queued (settled all the same). */
+int chime__pg_unfire(struct chime__backend *b, const struct chime__timer *t);
 int chime__pg_dead_requeue(struct chime__backend *b, const void *key, size_t key_len,
                            uint64_t due_ns, const struct chime__dead *seen,
                            struct chime__put_result *res, chime__timer_fn *fn, void *ctx,

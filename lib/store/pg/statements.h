@@ -147,6 +147,26 @@
     " SELECT g.part, g.shard, g.key, k.version, g.due, g.payload FROM g JOIN k ON k.key = g.key)"  \
     " SELECT g.i, k.version, g.payload, g.shard FROM g JOIN k ON k.key = g.key"
 
+/* Un-recordings (lanes.c, chime__pg_unfire): $1 keys, $2 versions, $3 attempts (each firing's, as
+ * fire() recorded it), $4 shards, $5 epochs, $6 owner, $7 token. A firing of a draining shard whose
+ * handler never began is undone in its own epoch, as an owner statement (the shard's row locked FOR
+ * KEY SHARE, its epoch and expiry checked as ack's are), if the key's row is still as that firing
+ * left it: the same version, pending, fired in that epoch with that attempt. The attempt goes back
+ * to the one before, and fire_epoch to 0 (no firing recorded): the next owner fires the timer with
+ * the attempt it would have had. Anything else (a put, a cancel, a later firing, an epoch lost)
+ * leaves the row alone. */
+#define PG_SQL_UNFIRE                                                                              \
+    "WITH f AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int4[], $4::int4[], $5::int8[])" \
+    " AS f(key, version, attempt, shard, epoch)),"                                                 \
+    " s AS MATERIALIZED (SELECT shard, epoch, expires FROM chime.shards"                           \
+    " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $6 AND token = $7::int8"  \
+    " AND expires > now() ORDER BY shard FOR KEY SHARE)"                                           \
+    " UPDATE chime.keys k SET attempt = f.attempt - 1, fire_epoch = 0"                             \
+    " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch"                                    \
+    " AND s.expires > statement_timestamp()"                                                       \
+    " WHERE k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL"                       \
+    " AND k.fire_epoch = f.epoch AND k.attempt = f.attempt"
+
 /* Dead-letter deletions: $1 keys. Returns i of each key that had one. */
 #define PG_SQL_DROP                                                                                \
     "DELETE FROM chime.dead d USING unnest($1::bytea[]) WITH ORDINALITY AS f(key, i)"             \
