@@ -152,9 +152,11 @@
  * handler never began is undone in its own epoch, as an owner statement (the shard's row locked FOR
  * KEY SHARE, its epoch and expiry checked as ack's are), if the key's row is still as that firing
  * left it: the same version, pending, fired in that epoch with that attempt. The attempt goes back
- * to the one before, and fire_epoch to 0 (no firing recorded): the next owner fires the timer with
- * the attempt it would have had. Anything else (a put, a cancel, a later firing, an epoch lost)
- * leaves the row alone. */
+ * to the one before, and fire_epoch to 0 (no firing recorded: a cancel may end it): the next owner
+ * fires the timer with the attempt it would have had. 0 even when the firing re-fired one an older
+ * epoch recorded and never settled, whose epoch is not known here: as after a retry (which sets 0
+ * too), a handler a paused node may still run for it has its outcome refused. Anything else (a
+ * put, a cancel, a later firing, an epoch lost) leaves the row alone. */
 #define PG_SQL_UNFIRE                                                                              \
     "WITH f AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int4[], $4::int4[], $5::int8[])" \
     " AS f(key, version, attempt, shard, epoch)),"                                                 \
