@@ -505,28 +505,17 @@ static int apply(struct pg_lane *l, PGresult **res)
 /* The kinds of operation that write a row of timers (and so have a part). */
 static const int row_kinds[] = { PG_OP_PUT, PG_OP_RETRY, PG_OP_REQUEUE };
 
-/* Create the partitions the batch's puts need. Each is a round trip, and a batch's puts often share
- * a partition (a day's puts due thirty days ahead, the first batch past the partitions made ahead,
- * once a width): the last RECENT_PARTS made are skipped, so a batch of 1000 puts into one new
- * partition makes it once rather than once per put. */
-#define RECENT_PARTS 16
+/* Create the partitions the batch's puts need, each once (a batch of 1000 puts into one new
+ * partition made it 1000 times, a round trip each). */
 static int make_partitions(struct pg_lane *l)
 {
-    uint64_t w = l->b->schema.partition_ns, recent[RECENT_PARTS];
-    size_t made = 0;
+    struct pg_parts_made made = { .count = 0 };
     for (size_t k = 0; k < 3; k++) {
         struct pg_op *op;
         EACH(l, row_kinds[k], op) {
-            uint64_t n = op->part / w;
-            size_t i = 0;
-            while (i < made && i < RECENT_PARTS && recent[i] != n)
-                i++;
-            if (i < made && i < RECENT_PARTS)
-                continue;
-            int rc = chime__pg_partitions_ensure(&l->conn, &l->b->schema, op->part, op->part);
+            int rc = chime__pg_partition_need(&l->conn, &l->b->schema, op->part, &made);
             if (rc != PG_OK)
                 return rc;
-            recent[made++ % RECENT_PARTS] = n;
         }
     }
     return PG_OK;

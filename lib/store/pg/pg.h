@@ -215,6 +215,16 @@ int chime__pg_schema_read(struct pg_conn *pc, struct pg_schema *out);
  * 100 ms (a reader: schema.c, ensure_one), to be called again. */
 int chime__pg_partitions_ensure(struct pg_conn *pc, const struct pg_schema *sc, uint64_t from,
                                 uint64_t to);
+/* The partitions a caller made lately (chime__pg_partition_need), zeroed to begin. */
+struct pg_parts_made {
+    uint64_t n[16];
+    size_t count;
+};
+/* Make sure the partition holding part exists, unless it is one of the last 16 made through m (a
+ * round trip each: a lane's batch often puts many rows into one new partition). Return: as
+ * chime__pg_partitions_ensure. */
+int chime__pg_partition_need(struct pg_conn *pc, const struct pg_schema *sc, uint64_t part,
+                             struct pg_parts_made *m);
 /* Drop the partitions that ended at least one width before `now` and hold no pending timer, with
  * the tombstones of their keys. *dropped counts them. Return: 0 or PG_*. */
 int chime__pg_partitions_retire(struct pg_conn *pc, const struct pg_schema *sc, uint64_t now,

@@ -198,6 +198,20 @@ int chime__pg_partitions_ensure(struct pg_conn *pc, const struct pg_schema *sc, 
     return rc;
 }
 
+int chime__pg_partition_need(struct pg_conn *pc, const struct pg_schema *sc, uint64_t part,
+                             struct pg_parts_made *m)
+{
+    const size_t slots = sizeof m->n / sizeof *m->n;
+    uint64_t n = part / sc->partition_ns;
+    for (size_t i = 0; i < m->count && i < slots; i++)
+        if (m->n[i] == n)
+            return PG_OK;
+    int rc = ensure_one(pc, sc->partition_ns, n);
+    if (rc == PG_OK)
+        m->n[m->count++ % slots] = n;
+    return rc;
+}
+
 /* How long a tombstone is kept after its version ended, by the database's clock: longer than a
  * statement may run (statement_timeout, 60 s: conn.c), so that a put whose statement drew its
  * version base before the ended version was written has finished before the tombstone goes, and
