@@ -260,7 +260,9 @@ static void test_a_firing_waiting_for_a_busy_worker_does_not_hold_the_drain(void
  * unrun across runs of a join/leave loop). key_held: the test holds the key's row (another
  * transaction's lock) once the drain has begun, so that the un-record waits for it, holding the
  * shard's row FOR KEY SHARE, past the drain's lease bound: a releases the shard, and b may take it
- * only once the un-record has committed in a's epoch.
+ * only once the un-record has committed in a's epoch. With lock_timeout off: the owners' sessions
+ * give a key's row up after max(lease / 4, 1 s), before the drain's bound (conn.c), and the shard
+ * is then free between the un-record's runs.
  */
 static _Atomic int key_held;
 
@@ -281,10 +283,11 @@ static int waits_for_a_lock(PGconn *c)
 
 static void join_with_max_attempts_1(const char *db, int hold_the_key)
 {
-    CHECK_EQ(pg_cluster_db(&cluster, db, 2, 60, conninfo, sizeof conninfo), 0);
+    CHECK_EQ(pg_cluster_db(&cluster, db, 2, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     recorder_init(&rec, NULL);
     atomic_store(&drain_started, 0);
     atomic_store(&key_held, !hold_the_key);
+    atomic_store(&chime__pg_lock_timeout_off, hold_the_key);
     fire_waits = chime__pg_ops;
     fire_waits.fire = fire_then_wait_for_the_key;
     uint64_t lease = (TAP_SLOW ? 10 : 2) * SEC;
@@ -337,6 +340,7 @@ static void join_with_max_attempts_1(const char *db, int hold_the_key)
     pg_wait_settled(b);
     CHECK_EQ(chime_store_close(b), 0);
     CHECK_EQ(chime_store_close(a), 0);
+    atomic_store(&chime__pg_lock_timeout_off, 0);
     CHECK_EQ(recorder_count_key(&rec, key), 1);
     PQfinish(holder);
     recorder_free(&rec);

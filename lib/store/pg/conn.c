@@ -22,7 +22,10 @@
  *     again, PG_RETRY), and the paused session is then idle in its failed transaction, which the
  *     setting above ends. At least deadlock_timeout's default, 1 s, so that the server's deadlock
  *     check settles a real cycle first; the owners lock the keys they share in one order
- *     (statements.h), so a wait that long means a key held by something stuck or slow.
+ *     (statements.h), so a wait that long means a key held by something stuck or slow. Between
+ *     the runs the shard's row is not locked: an owner statement cannot hold a shard against a
+ *     takeover for longer than this, a drain's un-record included (backend.c, pg_abandon: one
+ *     whose key stays held past the drain's lease bound is refused, and the attempt is spent).
  *   client_connection_check_interval lease / 4 (at least 500 ms; PostgreSQL 14 on): the server
  *     checks that the client is still there while a statement runs, so that a dead node's session
  *     waiting for a lock goes within that time, with the shard rows it holds.
@@ -194,6 +197,8 @@ PGconn *chime__pg_connectdb(const char *conninfo, const char *app)
     return PQconnectdbParams(keys, vals, 1);
 }
 
+_Atomic int chime__pg_lock_timeout_off;
+
 int chime__pg_connect(struct pg_conn *pc)
 {
     char app[128], set[320], *parse_err = NULL;
@@ -236,7 +241,9 @@ int chime__pg_connect(struct pg_conn *pc)
     if (PQserverVersion(pc->c) >= 140000)
         snprintf(check, sizeof check, " SET client_connection_check_interval = %llu;",
                  (unsigned long long)(idle_ms / 2));
-    if (pc->role && (!strcmp(pc->role, "lane") || !strcmp(pc->role, "fire"))) {
+    /* relaxed: a test's switch, set before the nodes it concerns open */
+    if (!atomic_load_explicit(&chime__pg_lock_timeout_off, memory_order_relaxed) && pc->role &&
+        (!strcmp(pc->role, "lane") || !strcmp(pc->role, "fire"))) {
         uint64_t lock_ms = pc->lease_ns / 4000000u; /* see SESSION SETTINGS */
         snprintf(lock, sizeof lock, " SET lock_timeout = %llu;",
                  (unsigned long long)(lock_ms < 1000 ? 1000 : lock_ms));

@@ -337,6 +337,10 @@ uint64_t chime__pg_epoch_of(struct chime__backend *b, unsigned shard);
  * refused, or it was abandoned (n of them). */
 void chime__pg_settled(struct chime__backend *b, unsigned shard, uint32_t n);
 
+/* conn.c. Tests only: nonzero turns lock_timeout off on the owners' sessions connected from then
+ * on (conn.c, SESSION SETTINGS), for a test of what an owner statement's long wait holds. */
+extern _Atomic int chime__pg_lock_timeout_off;
+
 /* batch.c. Tests only: called by a lane once its COMMIT is in the connection's socket, before
  * the reply is read (an ambiguous commit from here on). */
 extern void (*chime__pg_commit_hook)(void);
