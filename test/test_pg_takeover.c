@@ -14,6 +14,10 @@
  *      lock_timeout on the owners' sessions; the failed transaction then sits idle until
  *      idle_in_transaction_session_timeout ends it.
  *
+ * And 3: an owner statement that meets lock_timeout is run again, not taken for a failure: fire()'s
+ * statement waits for a key's row past it, runs again, and fires once the key is let go (review of
+ * session 23's lock_timeout).
+ *
  * Environment: CHIME_PG_LEASE_MS (default 1000), CHIME_PG_TAKEOVER_BOUND_MS (default 5000), as
  * test_pg_cluster reads them; .ci/run sets longer ones under valgrind and TSan, all far below
  * the 60 s that the wait lasted.
@@ -131,6 +135,55 @@ static void test_a_paused_nodes_shard_is_taken_though_its_ack_waited_for_a_key(v
     stopped_while_waiting_for_a_key("takeover_paused", SIGSTOP);
 }
 
+/* query_start of the session of node's role that h blocks, as text into out; 0 if none. */
+static int blocked_session(PGconn *obs, PGconn *h, const char *node, const char *role, char *out,
+                           size_t n)
+{
+    char sql[400];
+    snprintf(sql, sizeof sql,
+             "SELECT query_start::text FROM pg_stat_activity WHERE application_name = 'chime %s %s'"
+             " AND %d = ANY(pg_blocking_pids(pid))",
+             node, role, PQbackendPID(h));
+    PGresult *r = PQexec(obs, sql);
+    int found = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0;
+    if (found)
+        snprintf(out, n, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return found;
+}
+
+static void test_a_firing_that_meets_a_lock_timeout_is_run_again(void)
+{
+    CHECK_EQ(pg_cluster_db(&cluster, "lock_timeout", 1, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
+    struct recorder rec;
+    recorder_init(&rec, NULL);
+    chime_store *a = NULL;
+    /* lock_timeout a quarter of the lease: 1 s, or 2.5 s where threads are slow */
+    CHECK_EQ(pg_open_node(&a, conninfo, "a", &rec, (TAP_SLOW ? 10 : 4) * SEC, 0), 0);
+    const char *key = "fire-held";
+    PGconn *h = pg_connect_or_die(conninfo), *obs = pg_connect_or_die(conninfo);
+    CHECK_EQ(chime_store_put(a, key, strlen(key), "x", 1, wall_ns() + 3 * SEC), 0);
+    pg_hold_key(h, key);
+    CHECK(recorder_count_key(&rec, key) == 0, "fired before the key was held (inconclusive)");
+    char first[64] = "", now[64] = "";
+    while (!blocked_session(obs, h, "a", "fire", first, sizeof first))
+        sleep_ms(5); /* a poll of the server's lock table: a's firing waits for the key */
+    while (!(blocked_session(obs, h, "a", "fire", now, sizeof now) && strcmp(now, first)))
+        sleep_ms(5); /* again: blocked by a statement begun later, after a lock timeout */
+    printf("# a's firing waited for the key from %s, and again from %s\n", first, now);
+    CHECK(pg_command(h, "ROLLBACK"), "release the key");
+    struct firing f;
+    recorder_wait_key(&rec, key, 1, &f);
+    CHECK_EQ(f.attempt, 1);
+    store_wait_idle(a);
+    pg_wait_settled(a);
+    CHECK_EQ(recorder_count_key(&rec, key), 1);
+    CHECK_EQ(chime_store_close(a), 0); /* 0: the lock timeout did not fail the store */
+    PQfinish(h);
+    PQfinish(obs);
+    recorder_free(&rec);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -138,6 +191,8 @@ int main(void)
           test_a_dead_nodes_shard_is_taken_though_its_ack_waited_for_a_key },
         { "a_paused_nodes_shard_is_taken_though_its_ack_waited_for_a_key",
           test_a_paused_nodes_shard_is_taken_though_its_ack_waited_for_a_key },
+        { "a_firing_that_meets_a_lock_timeout_is_run_again",
+          test_a_firing_that_meets_a_lock_timeout_is_run_again },
     };
     return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
 }
