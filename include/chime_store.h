@@ -142,7 +142,8 @@ struct chime_fire {
                                with max_attempts 1 such a timer goes to the dead letters unrun.
                                With PostgreSQL, a shard handed to a node that joined while the
                                firing was in its lead does not count it, unless the old owner
-                               lost its lease meanwhile).
+                               lost its lease meanwhile or another transaction held the key's row
+                               until the hand-over).
                                For a dead letter: the firings made */
     uint64_t fence;         /* the fencing token of this firing: 0 with the journal; with
                                PostgreSQL, epoch << 16 | shard, where epoch is the lease under which
