@@ -169,23 +169,38 @@ static void fired_again_by_b_alone(chime_store *a, chime_store *b, const char *k
     recorder_free(&rec);
 }
 
+/* Node a opened on cfg with its fire() wrapped by fire (which holds a firing until its shard
+ * drains), and a timer of its shard 1 put into key[32], due in 100 ms; returned once the wrapper
+ * has a's firing of it. */
+static chime_store *a_with_a_firing_held(const struct chime_store_config *cfg,
+                                         int (*fire)(struct chime__backend *,
+                                                     struct chime__firing *, size_t),
+                                         char *key)
+{
+    atomic_store(&drain_started, 0);
+    fire_waits = chime__pg_ops;
+    fire_waits.fire = fire;
+    chime__store_set_backend(&fire_waits); /* node a's alone */
+    chime_store *a = NULL;
+    CHECK_EQ(pg_open_config(&a, cfg, &rec), 0);
+    chime__store_set_backend(NULL);
+    pg_key_in_shard(key, 32, "drain", 1, 2);
+    CHECK_EQ(chime_store_put(a, key, strlen(key), "x", 1, wall_ns() + 100 * MS), 0);
+    while (!atomic_load(&drain_started))
+        sleep_ms(2); /* a poll on the wrapper's flag */
+    return a;
+}
+
 static void test_a_firing_abandoned_before_its_handler_starts_does_not_hold_the_drain(void)
 {
     CHECK_EQ(pg_cluster_db(&cluster, "drain_4", 2, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     recorder_init(&rec, NULL);
-    atomic_store(&drain_started, 0);
-    fire_waits = chime__pg_ops;
-    fire_waits.fire = fire_then_wait_for_the_drain;
-    chime__store_set_backend(&fire_waits); /* node a's alone */
-    chime_store *a = NULL, *b = NULL;
-    CHECK_EQ(pg_open_node(&a, conninfo, "a", &rec, (TAP_SLOW ? 10 : 2) * SEC, 0), 0);
-    chime__store_set_backend(NULL);
+    struct chime_store_config cfg;
+    pg_node_config(&cfg, conninfo, "a", (TAP_SLOW ? 10 : 2) * SEC, 0);
     char key[32];
-    pg_key_in_shard(key, sizeof key, "drain", 1, 2);
-    CHECK_EQ(chime_store_put(a, key, strlen(key), "x", 1, wall_ns() + 100 * MS), 0);
-    while (!atomic_load(&drain_started))
-        sleep_ms(2); /* a poll on the wrapper's flag */
-    CHECK_EQ(pg_open_node(&b, conninfo, "b", &rec, (TAP_SLOW ? 10 : 2) * SEC, 0), 0);
+    chime_store *a = a_with_a_firing_held(&cfg, fire_then_wait_for_the_drain, key), *b = NULL;
+    cfg.node = "b";
+    CHECK_EQ(pg_open_config(&b, &cfg, &rec), 0);
     uint64_t released_at = rounds_at_release(a); /* then the wrapper has seen the drain */
     uint64_t rounds = released_at - atomic_load(&rounds_at_drain);
     CHECK(rounds <= 2, "released %llu rounds after the drain began, with nothing running",
@@ -285,24 +300,13 @@ static void join_with_max_attempts_1(const char *db, int hold_the_key)
 {
     CHECK_EQ(pg_cluster_db(&cluster, db, 2, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
     recorder_init(&rec, NULL);
-    atomic_store(&drain_started, 0);
     atomic_store(&key_held, !hold_the_key);
     atomic_store(&chime__pg_lock_timeout_off, hold_the_key);
-    fire_waits = chime__pg_ops;
-    fire_waits.fire = fire_then_wait_for_the_key;
-    uint64_t lease = (TAP_SLOW ? 10 : 2) * SEC;
     struct chime_store_config cfg;
-    pg_node_config(&cfg, conninfo, "a", lease, 0);
+    pg_node_config(&cfg, conninfo, "a", (TAP_SLOW ? 10 : 2) * SEC, 0);
     cfg.max_attempts = 1;
-    chime__store_set_backend(&fire_waits); /* node a's alone */
-    chime_store *a = NULL, *b = NULL;
-    CHECK_EQ(pg_open_config(&a, &cfg, &rec), 0);
-    chime__store_set_backend(NULL);
     char key[32];
-    pg_key_in_shard(key, sizeof key, "drain", 1, 2);
-    CHECK_EQ(chime_store_put(a, key, strlen(key), "x", 1, wall_ns() + 100 * MS), 0);
-    while (!atomic_load(&drain_started))
-        sleep_ms(2); /* a poll on the wrapper's flag */
+    chime_store *a = a_with_a_firing_held(&cfg, fire_then_wait_for_the_key, key), *b = NULL;
     cfg.node = "b";
     CHECK_EQ(pg_open_config(&b, &cfg, &rec), 0);
     PGconn *holder = pg_connect_or_die(conninfo);
