@@ -33,7 +33,7 @@
  * the wall time of then: a step during that load is seen by the keeper's first wait (found in
  * review: made when the keeper started, after the first load, it missed such a step, and the
  * timers that load armed fired late or early by the step). Tests, whose clock is not the kernel's,
- * report steps with chime__store_clock_stepped.
+ * report steps with chime__store_clock_stepped, and their stores watch no timerfd.
  */
 #define _GNU_SOURCE /* timerfd: a Linux interface beyond C11 */
 #include <errno.h>

@@ -287,7 +287,11 @@ CHIME_API int chime_store_open(chime_store **out, const struct chime_store_confi
     if (!err)
         err = chime__store_start_dispatcher(s);
     if (!err) {
-        chime__store_watch_clock(s);
+        /* A test's clock is its own: the test reports its steps (chime__store_clock_stepped). A set
+         * of the kernel's clock would wake a keeper the test did not plan for (found in CI: one swept
+         * the stripes while test_store_loads held one in a put, and the test hung). */
+        if (s->wall == chime__store_wall)
+            chime__store_watch_clock(s);
         err = chime__store_first_load(s);
     }
     if (!err)

@@ -285,8 +285,9 @@ void chime__store_stop_keeper(struct chime_store *s);
 enum { CHIME__SWEEP_UNARMED, CHIME__SWEEP_STEP, CHIME__SWEEP_CLOSE };
 void chime__store_sweep(struct chime_store *s, int mode);
 
-/* Test hooks (not exported): a wall clock for stores opened afterwards (NULL: CLOCK_REALTIME), and
- * telling a store that its clock stepped (as the kernel tells it about CLOCK_REALTIME). */
+/* Test hooks (not exported): a wall clock for stores opened afterwards (NULL: CLOCK_REALTIME; a
+ * store on any other clock does not watch CLOCK_REALTIME for steps), and telling a store that its
+ * clock stepped (as the kernel tells it about CLOCK_REALTIME). */
 void chime__store_set_clock(uint64_t (*now)(void));
 void chime__store_clock_stepped(chime_store *s);
 /* Test hook: wake the keeper for a round, as a failed arm does (no step reported). */
