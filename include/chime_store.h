@@ -175,9 +175,7 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  * fire at once (within max_fires_per_s), those due within the horizon are loaded, the rest wait on
  * disk. A torn tail left by a crash is cut at the last whole record; nothing that was reported durable
  * is lost. (Damage inside the last group commit written cannot be told from a torn tail and is cut
- * the same way, that commit's acknowledged records after it included; so is the newest segment cut
- * short by something other than a crash, with every commit after the cut: docs/design.md,
- * "Limits".)
+ * the same way, that commit's acknowledged records after it included: docs/design.md, "Limits".)
  * @out: receives the store; untouched on error.  @handler: called for every firing; @ctx is its first
  * argument.
  * Return: 0; -EINVAL if out, cfg or handler is NULL, cfg->path and cfg->postgres are both NULL,
@@ -188,9 +186,10 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  *         shares);
  *         -EBADMSG if the journal is damaged other than by a torn tail (a checksum fails, or zeros
  *         are followed by data, in a file or a group commit that had been completely written and
- *         synced, as a later group commit's mark in the log shows; a run is not the length its
- *         header records; a run, a segment or the file HEAD is missing, the newest ones
- *         included: run `chime-store verify` on the directory); -EPROTO if the journal's files
+ *         synced, as a later group commit's mark in the log shows; a run or a segment is not the
+ *         size its header records (cut short, by something other than a crash); a run, a segment
+ *         or the file HEAD is missing, the newest ones included: run `chime-store verify` on the
+ *         directory); -EPROTO if the journal's files
  *         are of another format version (written by chime before 0.2.0's release: there is no
  *         migration; nothing is changed); -ENOMEM;
  *         -EIO, -ENOSPC, or another negative errno from the file system (-EACCES, -ENOTDIR, ...);

@@ -131,13 +131,18 @@ static void headers_and_names_round_trip(void)
     in.size = CHIME__FILE_HEADER; /* an empty run: everything its segments held cancelled out */
     chime__header_encode(h, &in);
     CHECK_EQ(chime__header_decode(h, &out), 0);
-    in = (struct chime__file_header){ 0, 7, 8, 1, 0, 99, 0 }; /* a segment covers one number */
+    in = (struct chime__file_header){ 0, 7, 8, 1, 0, 99, 4096 }; /* a segment covers one number */
     chime__header_encode(h, &in);
     CHECK_EQ(chime__header_decode(h, &out), -EBADMSG);
-    in = (struct chime__file_header){ 0, 7, 7, 1, 0, 99, 0 };
+    in = (struct chime__file_header){ 0, 7, 7, 1, 0, 99, 4100 };
     chime__header_encode(h, &in);
     CHECK_EQ(chime__header_decode(h, &out), 0);
-    CHECK(out.run == 0 && out.lo == 7 && out.salt == 99, "a segment's header and its salt");
+    CHECK(out.run == 0 && out.lo == 7 && out.salt == 99 && out.size == 4100,
+          "a segment's header, its salt and the size it was created at");
+    in.size = CHIME__FILE_HEADER - 8; /* a segment too is at least its header */
+    chime__header_encode(h, &in);
+    CHECK_EQ(chime__header_decode(h, &out), -EBADMSG);
+    in.size = 4100;
     in.salt = 0; /* a segment's salt is never 0 (its MARKs carry it) */
     chime__header_encode(h, &in);
     CHECK_EQ(chime__header_decode(h, &out), -EBADMSG);
@@ -157,17 +162,18 @@ static void headers_and_names_round_trip(void)
 }
 
 /* A whole header, but of an earlier format: version 1 (before MARKs: no salt), version 2 (a run's
- * size not in its header): refused as another version, not taken for a header a crash cut. */
-static void a_header_of_format_version_1_or_2_is_eproto(void)
+ * size not in its header), version 4 (a segment's size not in its header): refused as another
+ * version, not taken for a header a crash cut. */
+static void a_header_of_an_earlier_format_version_is_eproto(void)
 {
     unsigned char h[CHIME__FILE_HEADER];
     struct chime__file_header in = { 0, 3, 3, 1, 0, 0, 0 }, out;
-    for (int run = 0; run < 4; run++) {
+    for (int run = 0; run < 6; run++) {
         in.run = run & 1;
         chime__header_encode(h, &in);
         memset(h + 8, 0, 4);
-        h[8] = run < 2 ? 1 : 2; /* versions 1 and 2 */
-        memset(h + 48, 0, 8);   /* no salt in version 1, no run size before version 3 */
+        h[8] = (unsigned char)(run < 2 ? 1 : run < 4 ? 2 : 4); /* versions 1, 2 and 4 */
+        memset(h + 48, 0, 12); /* no salt in version 1, no run size before 3, no segment's before 5 */
         uint32_t crc = chime__crc_mask(chime__crc32c(0, h, 60));
         for (int i = 0; i < 4; i++)
             h[60 + i] = (unsigned char)(crc >> (8 * i));
@@ -248,7 +254,8 @@ static const struct tap_test tests[] = {
     { "records_survive_encode_and_decode_and_every_flip_is_caught",
       records_survive_encode_and_decode_and_every_flip_is_caught },
     { "headers_and_names_round_trip", headers_and_names_round_trip },
-    { "a_header_of_format_version_1_or_2_is_eproto", a_header_of_format_version_1_or_2_is_eproto },
+    { "a_header_of_an_earlier_format_version_is_eproto",
+      a_header_of_an_earlier_format_version_is_eproto },
     { "a_mark_round_trips_and_is_valid_only_where_its_segment_can_hold_it",
       a_mark_round_trips_and_is_valid_only_where_its_segment_can_hold_it },
     { "a_run_sorts_pending_by_due_then_dead_letters_by_version",

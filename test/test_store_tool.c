@@ -382,6 +382,20 @@ static void a_newest_segment_cut_to_nothing_that_head_names_is_damage(void)
     expect_refused(d, "wal-0000000000000002.log: DAMAGED");
 }
 
+/* A segment is created whole and synced before any record goes in (lib/store/format.md), so one
+ * of another size that was written to was cut (or grown) after the fact. wal-2 cut inside its only
+ * group commit read as a torn tail: open succeeded without that commit, acknowledged. */
+static void a_newest_segment_cut_part_way_is_damage(void)
+{
+    uint64_t end1 = 0, last1 = 0;
+    char *d = two_segment_log(&end1, &last1), *wal;
+    CHECK(asprintf(&wal, "%s/wal-0000000000000002.log", d) >= 0, "asprintf");
+    CHECK(truncate(wal, CHIME__FILE_HEADER + 8) == 0, "truncate %s", wal);
+    free(wal);
+    expect_refused(d, "wal-0000000000000002.log: DAMAGED: it is 72 bytes, created as 1048576, and "
+                      "records follow its header");
+}
+
 static void verify_names_a_damaged_run_and_fails(void)
 {
     char *run;
@@ -459,6 +473,7 @@ static const struct tap_test tests[] = {
       list_and_count_refuse_a_journal_with_a_damaged_segment },
     { "a_newest_segment_cut_to_nothing_that_head_names_is_damage",
       a_newest_segment_cut_to_nothing_that_head_names_is_damage },
+    { "a_newest_segment_cut_part_way_is_damage", a_newest_segment_cut_part_way_is_damage },
     { "verify_names_a_lost_head_and_list_refuses", verify_names_a_lost_head_and_list_refuses },
     { "verify_names_a_lost_run_and_list_refuses", verify_names_a_lost_run_and_list_refuses },
 };

@@ -374,31 +374,34 @@ static int verify_once(int dir, FILE *out)
             other_version = 1;
             continue;
         }
-        if (!err && (h.run || h.lo != f.segs[i])) {
+        int misfit = !err && !h.run && h.lo == f.segs[i] && size != h.size;
+        if (!err && (h.run || h.lo != f.segs[i] || misfit)) {
             chime__io_close(fd);
-            err = -EBADMSG; /* a whole header, of another file */
+            err = -EBADMSG; /* a whole header, of another file, or of another size */
         }
         if (err == -EBADMSG) {
             /* A creation a crash cut if nothing was written after the header (segments.h) */
-            int written = chime__reader_written(dir, name);
+            char what[96] = "its header is not whole, or names another file";
+            if (misfit)
+                snprintf(what, sizeof what, "it is %" PRIu64 " bytes, created as %" PRIu64, size,
+                         h.size);
+            int written = misfit && size > h.size ? 1 : chime__reader_written(dir, name);
             if (written == -ENOENT)
                 goto vanished;
             if (written < 0) {
                 fprintf(out, "%s: %s\n", name, chime_strerror(written));
                 damaged = 1;
             } else if (written == 1) {
-                fprintf(out,
-                        "%s: DAMAGED: its header is not whole, or names another file, and records "
-                        "follow it (a header is synced before any record goes in)\n", name);
+                fprintf(out, "%s: DAMAGED: %s, and %s (a segment is created whole and synced "
+                        "before any record goes in)\n", name, what,
+                        misfit && size > h.size ? "it grew" : "records follow its header");
                 damaged = 1;
             } else if (f.segs[i] <= f.head) {
-                fprintf(out,
-                        "%s: DAMAGED: its header is not whole, or names another file, and HEAD "
-                        "names it (HEAD names a segment only once its header is synced)\n", name);
+                fprintf(out, "%s: DAMAGED: %s, and HEAD names it (HEAD names a segment only once "
+                        "it is created)\n", name, what);
                 damaged = 1;
             } else {
-                fprintf(out,
-                        "%s: header not whole, nothing after it (a creation a crash cut)\n", name);
+                fprintf(out, "%s: %s, nothing after it (a creation a crash cut)\n", name, what);
                 torn = 1;
             }
             continue;

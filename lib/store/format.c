@@ -165,6 +165,8 @@ void chime__header_encode(void *dst, const struct chime__file_header *h)
     put64(p + 32, h->next_version);
     put64(p + 40, h->created);
     put64(p + 48, h->run ? h->size : h->salt); /* one field, by kind (format.md) */
+    if (!h->run)
+        put32(p + 56, (uint32_t)h->size);
     put32(p + 60, chime__crc_mask(chime__crc32c(0, p, 60)));
 }
 
@@ -181,16 +183,16 @@ int chime__header_decode(const void *src, struct chime__file_header *h)
         return -EBADMSG;
     if (get32(p + 8) != CHIME__FORMAT_VERSION) /* whole, and ours, but not this format */
         return -EPROTO;
-    if (get32(p + 12) != 0 || get32(p + 56) != 0)
+    if (get32(p + 12) != 0 || (h->run && get32(p + 56) != 0))
         return -EBADMSG;
     h->lo = get64(p + 16);
     h->hi = get64(p + 24);
     h->next_version = get64(p + 32);
     h->created = get64(p + 40);
     h->salt = h->run ? 0 : get64(p + 48);
-    h->size = h->run ? get64(p + 48) : 0;
+    h->size = h->run ? get64(p + 48) : get32(p + 56);
     if (h->lo > h->hi || (!h->run && (h->lo != h->hi || h->salt == 0)) ||
-        (h->run && (h->size < CHIME__FILE_HEADER || h->size % 8)))
+        h->size < CHIME__FILE_HEADER || (h->run && h->size % 8))
         return -EBADMSG;
     return 0;
 }

@@ -15,7 +15,7 @@
 #define CHIME__REC_HEADER 64  /* bytes before a record's key */
 #define CHIME__REC_MAX (CHIME__REC_HEADER + CHIME_STORE_KEY_MAX + CHIME_STORE_PAYLOAD_MAX)
 #define CHIME__MARK_LEN 64    /* a MARK record: a header, no key */
-#define CHIME__FORMAT_VERSION 4 /* every file's header; a file of another version: -EPROTO */
+#define CHIME__FORMAT_VERSION 5 /* every file's header; a file of another version: -EPROTO */
 
 enum chime__rec_type {
     CHIME__PUT = 1,  /* a pending timer */
@@ -72,7 +72,8 @@ struct chime__file_header {
     uint64_t next_version;
     uint64_t created;
     uint64_t salt;         /* a segment's: random, never 0, repeated in its MARKs (runs: 0) */
-    uint64_t size;         /* a run's: its whole length in bytes, header included (segments: 0) */
+    uint64_t size;         /* the whole file's length in bytes, header included: a run's as written,
+                              a segment's as created (64 to UINT32_MAX) */
 };
 
 void chime__header_encode(void *dst, const struct chime__file_header *h);

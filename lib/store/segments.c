@@ -35,17 +35,22 @@ static int scan_segment(int dir, uint64_t number, uint64_t head, chime__emit_fn 
     uint64_t size = 0;
     struct chime__file_header h;
     int err = chime__file_open(dir, name, &fd, &size, &h);
-    if (err == -EBADMSG || (!err && (h.run || h.lo != number))) {
+    int misfit = !err && !h.run && h.lo == number && size != h.size;
+    if (err == -EBADMSG || (!err && (h.run || h.lo != number)) || misfit) {
         if (!err)
             chime__io_close(fd);
-        /* A header not whole, or not this segment's: a creation a crash cut (torn, nothing valid),
-         * if nothing was written after it. A header is synced before any record goes in and never
-         * rewritten, so records after a bad one are damage: taken for a cut creation, a flipped bit
-         * deleted every acknowledged record of the newest segment and the open succeeded (found
-         * in review). Nor can a crash leave it in a segment the head names: the head is set to a
-         * segment only once its header and directory entry are synced (head.h, wal.c,
-         * wal_writer.c), so such a segment cut to nothing is a lost file, as a deleted one is. */
-        if (number <= head)
+        /* A header not whole, or not this segment's, or a file not the size its header says it
+         * was created at: a creation a crash cut (torn, nothing valid), if nothing was written
+         * after the header. A segment is created whole (header, zeros to its size) and synced
+         * before any record goes in, and never cut or grown after, so records after a bad header
+         * are damage (taken for a cut creation, a flipped bit deleted every acknowledged record
+         * of the newest segment and the open succeeded: found in review), and so is a written
+         * segment of another size (cut part-way, it read as a torn tail, and every commit after
+         * the cut was lost without an error: found in review). Nor can a crash leave either in a
+         * segment the head names: the head is set to a segment only once it is created and its
+         * directory entry synced (head.h, wal.c, wal_writer.c), so such a segment cut to nothing
+         * is a lost file, as a deleted one is. */
+        if (number <= head || (misfit && size > h.size))
             return -EBADMSG;
         int written = written_to(dir, number);
         return written == 1 ? -EBADMSG : written;

@@ -18,8 +18,9 @@
  * skipped. valid[i] receives the offset after segment i's last whole record (0 if its header is
  * not whole), *usable how many segments count: those before the first torn one, and the torn one up
  * to valid[]. *next_version is raised to every header's next_version. The rules:
- *   - a segment whose header is not whole (or names another file) is a creation a crash cut, torn
- *     with nothing valid; unless HEAD names it or something was written after its header: damage;
+ *   - a segment whose header is not whole (or names another file), or whose file is shorter than
+ *     its header says it was created, is a creation a crash cut, torn with nothing valid; unless
+ *     HEAD names it or something was written after its header: damage; longer: damage;
  *   - a segment that ends in something other than zeros is torn there; damage if a later group
  *     commit's MARK shows that what is torn had been synced, or if HEAD names a later segment;
  *   - a segment whose MARKs say the one before it ended elsewhere than its records do: damage;

@@ -21,6 +21,7 @@
 #define COMMIT_EARLY (4u << 20) /* with an interval, commit at once beyond this many */
 #define SEGMENT_MIN (1u << 20)
 #define SEGMENT_MAX (16u << 20)
+_Static_assert(SEGMENT_MAX <= UINT32_MAX, "a segment's header records its size in 32 bits");
 
 struct chime__wal {
     pthread_mutex_t lock;

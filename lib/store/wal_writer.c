@@ -78,7 +78,7 @@ int chime__wal_create_segment(const struct chime__wal *w, uint64_t number, uint6
     unsigned char header[CHIME__FILE_HEADER];
     chime__header_encode(header, &(struct chime__file_header){
         .run = 0, .lo = number, .hi = number, .next_version = next_version,
-        .created = realtime_ns(), .salt = *salt = new_salt() });
+        .created = realtime_ns(), .salt = *salt = new_salt(), .size = size });
     int err = chime__io_pwrite(fd, header, sizeof header, 0);
     if (!err)
         err = chime__io_zero_fill(fd, sizeof header, size - sizeof header);
