@@ -307,7 +307,8 @@ struct chime__backend {
     _Atomic uint64_t stats_wanted; /* CLOCK_MONOTONIC of the last stats() call */
 
     _Atomic int stop;             /* the threads end */
-    _Atomic int closing;          /* the store's close has begun: reads waiting for a server end */
+    _Atomic int closing;          /* the store's close has begun: reads waiting for a server, and
+                                     fire()'s runs again, end */
     _Atomic int error;            /* sticky: -EIO (D5) */
     _Atomic int failed_told;
 
