@@ -139,11 +139,12 @@ static void test_a_takeover_read_during_close_does_not_reach_the_freed_lanes(voi
  * began to stop the backend (a close that renews while its lanes drain: nothing to wait for).
  * b is closed before a: it holds no shard, and would otherwise take a's over and fire k again.
  */
-static int lane_pid(PGconn *c, const char *node)
+/* The server process of node's session in role (conn.c: application_name "chime <node> <role>"). */
+static int session_pid(PGconn *c, const char *node, const char *role)
 {
     char sql[160];
     snprintf(sql, sizeof sql,
-             "SELECT pid FROM pg_stat_activity WHERE application_name = 'chime %s lane'", node);
+             "SELECT pid FROM pg_stat_activity WHERE application_name = 'chime %s %s'", node, role);
     return (int)pg_value(c, sql);
 }
 
@@ -185,7 +186,7 @@ static void test_acknowledgements_queued_at_close_are_committed_in_the_nodes_epo
     CHECK_EQ(chime_store_sync(a), 0);
     pg_hold_key(holder, "blocker");
     CHECK_EQ(chime_store_put(a, "blocker", 7, "y", 1, wall_ns() + 3600 * SEC), 0);
-    int pid = lane_pid(c, "a");
+    int pid = session_pid(c, "a", "lane");
     while (!pg_blocked(c, pid))
         sleep_ms(2); /* a poll on the server's lock table: a's lane waits for blocker's row */
     CHECK_EQ(pg_open_node(&b, conninfo, "b", &rec, 2 * SEC, 0), 0);
@@ -241,10 +242,7 @@ static bool close_behind_a_held_row(uint64_t window)
     static const char attempt[] = "SELECT attempt FROM chime.keys WHERE key = 'k'::bytea";
     bool in = pg_value(c, attempt) == 0; /* not recorded yet, and now it cannot be */
     if (in) {
-        char sql[160];
-        snprintf(sql, sizeof sql, "SELECT pid FROM pg_stat_activity WHERE application_name = "
-                 "'chime a fire'");
-        int pid = (int)pg_value(c, sql);
+        int pid = session_pid(c, "a", "fire");
         while (!pg_blocked(c, pid))
             sleep_ms(2); /* a poll on the server's lock table: a's firing waits for k's row */
     }
