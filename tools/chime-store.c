@@ -374,36 +374,32 @@ static int verify_once(int dir, FILE *out)
             other_version = 1;
             continue;
         }
-        int misfit = !err && !h.run && h.lo == f.segs[i] && size != h.size;
-        if (!err && (h.run || h.lo != f.segs[i] || misfit)) {
-            chime__io_close(fd);
-            err = -EBADMSG; /* a whole header, of another file, or of another size */
-        }
-        if (err == -EBADMSG) {
-            /* A creation a crash cut if nothing was written after the header (segments.h) */
+        enum chime__seg_fit fit = CHIME__SEG_FITS;
+        if (!err || err == -EBADMSG)
+            fit = chime__segment_fit(err, f.segs[i], size, &h);
+        if (fit != CHIME__SEG_FITS) { /* the rules are segments.h's: the same verdict as open */
+            if (!err)
+                chime__io_close(fd);
             char what[96] = "its header is not whole, or names another file";
-            if (misfit)
+            if (fit != CHIME__SEG_HEADER)
                 snprintf(what, sizeof what, "it is %" PRIu64 " bytes, created as %" PRIu64, size,
                          h.size);
-            int written = misfit && size > h.size ? 1 : chime__reader_written(dir, name);
-            if (written == -ENOENT)
+            int v = chime__segment_verdict(dir, f.segs[i], f.head, fit);
+            if (v == -ENOENT)
                 goto vanished;
-            if (written < 0) {
-                fprintf(out, "%s: %s\n", name, chime_strerror(written));
-                damaged = 1;
-            } else if (written == 1) {
+            if (v < 0)
+                fprintf(out, "%s: %s\n", name, chime_strerror(v));
+            else if (v == CHIME__SEG_GREW || v == CHIME__SEG_WRITTEN)
                 fprintf(out, "%s: DAMAGED: %s, and %s (a segment is created whole and synced "
                         "before any record goes in)\n", name, what,
-                        misfit && size > h.size ? "it grew" : "records follow its header");
-                damaged = 1;
-            } else if (f.segs[i] <= f.head) {
+                        v == CHIME__SEG_GREW ? "it grew" : "records follow its header");
+            else if (v == CHIME__SEG_NAMED)
                 fprintf(out, "%s: DAMAGED: %s, and HEAD names it (HEAD names a segment only once "
                         "it is created)\n", name, what);
-                damaged = 1;
-            } else {
+            else
                 fprintf(out, "%s: %s, nothing after it (a creation a crash cut)\n", name, what);
-                torn = 1;
-            }
+            damaged |= v != CHIME__SEG_CUT;
+            torn |= v == CHIME__SEG_CUT;
             continue;
         }
         if (err) {

@@ -19,6 +19,34 @@ static int written_to(int dir, uint64_t number)
     return chime__reader_written(dir, name);
 }
 
+enum chime__seg_fit chime__segment_fit(int open_err, uint64_t number, uint64_t size,
+                                       const struct chime__file_header *h)
+{
+    if (open_err || h->run || h->lo != number)
+        return CHIME__SEG_HEADER;
+    return size < h->size ? CHIME__SEG_SHORT : size > h->size ? CHIME__SEG_LONG : CHIME__SEG_FITS;
+}
+
+/* A segment is created whole (header, zeros to its size) and synced before any record goes in, and
+ * never cut or grown after. So one that does not fit is a creation a crash cut (torn, nothing
+ * valid) only if nothing was written after its header: records after a bad header are damage
+ * (taken for a cut creation, a flipped bit deleted every acknowledged record of the newest segment
+ * and the open succeeded: found in review), and so is a written segment of another size (cut
+ * part-way, it read as a torn tail, and every commit after the cut was lost without an error:
+ * found in review), and a longer one whatever follows. Nor can a crash leave either in a segment
+ * HEAD names: HEAD is set to a segment only once it is created and its directory entry synced
+ * (head.h, wal.c, wal_writer.c), so such a segment cut to nothing is a lost file, as a deleted
+ * one is. */
+int chime__segment_verdict(int dir, uint64_t number, uint64_t head, enum chime__seg_fit fit)
+{
+    if (fit == CHIME__SEG_LONG)
+        return CHIME__SEG_GREW;
+    int written = written_to(dir, number);
+    if (written)
+        return written == 1 ? CHIME__SEG_WRITTEN : written;
+    return number <= head ? CHIME__SEG_NAMED : CHIME__SEG_CUT;
+}
+
 /* One segment: fn with its whole records. *valid receives the offset after the last whole record
  * and *torn whether something else than zeros up to the file's end followed it. If so, -EBADMSG if
  * a later batch's MARK shows that it was damage (format.md, "The reader's rules"). *prev_end
@@ -35,25 +63,14 @@ static int scan_segment(int dir, uint64_t number, uint64_t head, chime__emit_fn 
     uint64_t size = 0;
     struct chime__file_header h;
     int err = chime__file_open(dir, name, &fd, &size, &h);
-    int misfit = !err && !h.run && h.lo == number && size != h.size;
-    if (err == -EBADMSG || (!err && (h.run || h.lo != number)) || misfit) {
+    enum chime__seg_fit fit = CHIME__SEG_FITS; /* (another error: below) */
+    if (!err || err == -EBADMSG)
+        fit = chime__segment_fit(err, number, size, &h);
+    if (fit != CHIME__SEG_FITS) {
         if (!err)
             chime__io_close(fd);
-        /* A header not whole, or not this segment's, or a file not the size its header says it
-         * was created at: a creation a crash cut (torn, nothing valid), if nothing was written
-         * after the header. A segment is created whole (header, zeros to its size) and synced
-         * before any record goes in, and never cut or grown after, so records after a bad header
-         * are damage (taken for a cut creation, a flipped bit deleted every acknowledged record
-         * of the newest segment and the open succeeded: found in review), and so is a written
-         * segment of another size (cut part-way, it read as a torn tail, and every commit after
-         * the cut was lost without an error: found in review). Nor can a crash leave either in a
-         * segment the head names: the head is set to a segment only once it is created and its
-         * directory entry synced (head.h, wal.c, wal_writer.c), so such a segment cut to nothing
-         * is a lost file, as a deleted one is. */
-        if (number <= head || (misfit && size > h.size))
-            return -EBADMSG;
-        int written = written_to(dir, number);
-        return written == 1 ? -EBADMSG : written;
+        int verdict = chime__segment_verdict(dir, number, head, fit);
+        return verdict == CHIME__SEG_CUT ? 0 : verdict > 0 ? -EBADMSG : verdict;
     }
     /* (-EPROTO: a segment of another format version fails the open, as any other error does.) */
     if (err)
