@@ -128,6 +128,33 @@ static inline long long pg_pending_of(const char *conninfo, const char *prefix)
     return n;
 }
 
+/*
+ * Wait until the store is idle: no key pending in conninfo's database (every node's), and then
+ * none of s's handlers running. store_wait_idle is not exact here: stats' pending is a count the
+ * housekeeper takes at most every 500 ms, the first call after a quiet spell returning the last
+ * (0 before any), and running drops once an outcome is queued, before its commit (backend.h, D3);
+ * so it may return with an acknowledgement uncommitted or a retry still to fire. This counts as
+ * house.c does (chime.pending shows the same keys, joined with their timers' rows). In this order:
+ * a key stays pending until its outcome commits, so once none is, no firing can begin, and running
+ * 0 after that means every handler has ended; read first, running could miss a firing whose
+ * outcome committed before the count, its handler still ending. For puts already committed
+ * (CHIME_SYNC_EACH, or a sync) and a database whose every timer ends: one left pending hangs here.
+ */
+static inline void pg_wait_idle(chime_store *s, const char *conninfo)
+{
+    PGconn *c = pg_connect_or_die(conninfo);
+    for (struct chime_store_stats st;; sleep_ms(2)) { /* a poll: neither tells when it is idle */
+        long long n = pg_value(c, "SELECT count(*) FROM chime.keys WHERE end_epoch IS NULL");
+        CHECK(n >= 0, "could not count the pending keys");
+        if (n > 0)
+            continue;
+        chime_store_stats(s, &st);
+        if (st.running == 0)
+            break;
+    }
+    PQfinish(c);
+}
+
 /* A key (text) of the given shard, numbered from `from` upwards: "<prefix>-<n>". */
 static inline void pg_key_in_shard(char *out, size_t n, const char *prefix, unsigned shard,
                                    unsigned shards)

@@ -354,8 +354,9 @@ static inline void recorder_wait_key(struct recorder *r, const char *key, size_t
 }
 
 /* Wait until the store has no handler running and nothing pending (all fired and acknowledged).
- * With PostgreSQL, pending is the database's count of every node's keys, refreshed at most every
- * 500 ms, and the first call returns 0 (chime_store_stats): only for a database whose every timer
+ * Not exact with PostgreSQL: pending is the database's count of every node's keys, refreshed at
+ * most every 500 ms, and the first call returns 0 (chime_store_stats), so this may return early;
+ * pg_wait_idle (pg_test.h) counts in the database. Both are for a database whose every timer
  * ends; to wait for this node's handlers, store_wait_handlers (test_pg_dead hung so). */
 static inline void store_wait_idle(chime_store *s)
 {
