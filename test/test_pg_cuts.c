@@ -77,7 +77,7 @@ static void test_a_commit_whose_reply_is_lost_is_reported_as_it_was_applied(void
     recorder_wait_key(&rec, "order-2", 1, &f);
     CHECK_EQ(f.attempt, 1);
     CHECK_EQ(strcmp(f.payload, "remind"), 0);
-    store_wait_idle(s);
+    pg_wait_idle(s, direct);
     CHECK_EQ(recorder_count_key(&rec, "order-2"), 1);
     CHECK_EQ(atomic_load(&rec.early), 0);
     CHECK_EQ(chime_store_close(s), 0);
@@ -114,7 +114,7 @@ static void test_a_server_that_stops_answering_is_given_up_on(void)
     recorder_wait_key(&rec, "order-4", 1, &f);
     CHECK_EQ(pg_proxy_stalls(&proxy), 2);
     CHECK_EQ(f.due, due);
-    store_wait_idle(s);
+    pg_wait_idle(s, direct);
     CHECK_EQ(chime_store_sync(s), 0); /* the acknowledgement committed */
     CHECK_EQ(pending_rows(c, "order-4"), 0);
     CHECK_EQ(atomic_load(&rec.early), 0);
@@ -435,7 +435,7 @@ static void test_a_poll_after_a_server_crash_reads_rows_of_reused_transaction_id
     struct firing f;
     recorder_wait_key(&rec, "reused", 1, &f);
     CHECK_EQ(pg_fence_epoch(f.fence), (uint64_t)epoch); /* by "a", in the epoch held throughout */
-    store_wait_idle(a);
+    pg_wait_idle(a, direct);
     CHECK_EQ(recorder_count_key(&rec, "reused"), 1);
     CHECK_EQ(atomic_load(&rec.early), 0);
     CHECK_EQ(chime_store_close(b), 0);

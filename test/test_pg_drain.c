@@ -72,7 +72,7 @@ static void drain_under_a_handler(const char *db, enum drain_mode mode, uint64_t
         sleep_ms(2); /* a poll on the handler's flag */
     CHECK_EQ(pg_open_node(&b, conninfo, "b", &rec, lease, 0), 0);
     recorder_wait_key(&rec, key, 2, f);
-    store_wait_idle(b);
+    pg_wait_idle(b, conninfo);
     pg_wait_settled(a); /* a retry committed, or refused */
     pg_wait_settled(b);
     CHECK_EQ(chime_store_close(b), 0);
@@ -159,7 +159,7 @@ static void fired_again_by_b_alone(chime_store *a, chime_store *b, const char *k
     struct firing f;
     recorder_wait_key(&rec, key, 1, &f);
     CHECK_EQ(f.attempt, 1);
-    store_wait_idle(b);
+    pg_wait_idle(b, conninfo);
     store_wait_handlers(a);
     pg_wait_settled(a);
     pg_wait_settled(b);
@@ -338,7 +338,7 @@ static void join_with_max_attempts_1(const char *db, int hold_the_key)
     recorder_wait_key(&rec, key, 1, &f);
     CHECK_EQ(f.attempt, 1);
     CHECK_EQ(pg_fence_epoch(f.fence) >= 2, 1); /* b's epoch: a's was 1 */
-    store_wait_idle(b);
+    pg_wait_idle(b, conninfo);
     store_wait_handlers(a);
     pg_wait_settled(a);
     pg_wait_settled(b);

@@ -112,7 +112,7 @@ static void test_boundaries_under_an_eager_housekeeper(void)
     }
     recorder_wait(&rec, 12);
     house_stop(&h);
-    store_wait_idle(s);
+    pg_wait_idle(s, conninfo);
     for (int i = 0; i < 6; i++) {
         snprintf(key, sizeof key, "b%d", i);
         CHECK_EQ(recorder_count_key(&rec, key), 1);
@@ -158,13 +158,7 @@ static void test_a_firing_keeps_its_partition(void)
     CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.pending WHERE key = 'held'::bytea"), 1);
     atomic_store(&held_release, 1);
     recorder_wait(&rec, 1);
-    store_wait_idle(s);
-    for (;;) { /* the acknowledgement is committed */
-        if (pg_value(c, "SELECT count(*) FROM chime.keys WHERE key = 'held'::bytea"
-                        " AND end_epoch IS NOT NULL") == 1)
-            break;
-        sleep_ms(5);
-    }
+    pg_wait_idle(s, conninfo); /* the acknowledgement is committed */
     CHECK_EQ(house_once(&h), PG_OK);
     CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.pending"), 0);
     CHECK_EQ(recorder_count_key(&rec, "held"), 1);
@@ -198,7 +192,7 @@ static void test_a_retry_moves_partitions(void)
     }
     recorder_wait(&rec, 16);
     house_stop(&h);
-    store_wait_idle(s);
+    pg_wait_idle(s, conninfo);
     for (int i = 0; i < 8; i++) {
         snprintf(key, sizeof key, "r%d", i);
         struct firing f = { 0 };
@@ -228,7 +222,7 @@ static void test_a_replace_moves_partitions(void)
     /* both have fired; wait for anything more that might come within the later one's time */
     recorder_wait_key(&rec, "farther", 1, NULL);
     house_stop(&h);
-    store_wait_idle(s);
+    pg_wait_idle(s, conninfo);
     CHECK_EQ(recorder_count_key(&rec, "nearer"), 1);
     CHECK_EQ(recorder_count_key(&rec, "farther"), 1);
     CHECK_EQ(recorder_count_with(&rec, "nearer", "b"), 1);

@@ -46,7 +46,7 @@ static void test_put_fires_once_at_its_due_time_and_is_acknowledged(void)
     CHECK_EQ(f.attempt, 1);
     CHECK(!strcmp(f.payload, "cancel"), "payload %s", f.payload);
     CHECK(f.fence != 0, "a PostgreSQL firing carries a fence");
-    store_wait_idle(s);
+    pg_wait_idle(s, conninfo);
     CHECK_EQ(chime_store_close(s), 0);
     PGconn *c = pg_connect_or_die(conninfo);
     CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.pending"), 0);
@@ -67,7 +67,7 @@ static bool replace_in(uint64_t window)
     bool fit = in_time(now + window);
     CHECK_EQ(chime_store_put(s, "other", 5, "x", 1, now + 3 * window), 0);
     recorder_wait_key(&rec, "other", 1, NULL);
-    store_wait_idle(s);
+    pg_wait_idle(s, conninfo);
     if (fit) {
         CHECK_EQ(recorder_count_key(&rec, "k"), 1);
         struct firing f;
@@ -107,7 +107,7 @@ static bool cancel_in(uint64_t window)
     /* Due after "gone" was: had "gone" fired, it would have fired first. */
     CHECK_EQ(chime_store_put(s, "marker", 6, "x", 1, gone_due + window), 0);
     recorder_wait_key(&rec, "marker", 1, NULL);
-    store_wait_idle(s);
+    pg_wait_idle(s, conninfo);
     CHECK_EQ(recorder_count_key(&rec, "gone"), 0);
     CHECK_EQ(chime_store_close(s), 0);
     PGconn *c = pg_connect_or_die(conninfo);
@@ -141,7 +141,7 @@ static void test_retries_count_attempts_and_dead_letters_can_be_requeued(void)
     recorder_wait_key(&rec, "retry", 3, &f);
     CHECK_EQ(f.attempt, 3);
     recorder_wait_key(&rec, "doomed", 1, NULL);
-    store_wait_idle(s);
+    pg_wait_idle(s, conninfo);
     CHECK_EQ(chime_store_sync(s), 0);
     size_t n = 0;
     CHECK_EQ(chime_store_dead_list(s, store_count_dead, &n), 0);
@@ -152,7 +152,7 @@ static void test_retries_count_attempts_and_dead_letters_can_be_requeued(void)
     recorder_wait_key(&rec, "doomed", 2, &f);
     CHECK_EQ(f.attempt, 1);
     CHECK(!strcmp(f.payload, "d"), "the dead letter's payload");
-    store_wait_idle(s);
+    pg_wait_idle(s, conninfo);
     CHECK_EQ(chime_store_sync(s), 0);
     n = 0;
     CHECK_EQ(chime_store_dead_list(s, store_count_dead, &n), 0);
@@ -180,7 +180,7 @@ static void test_a_requeued_dead_letter_is_read_back_by_the_poll(void)
     chime_store *s = open_node("a");
     CHECK_EQ(chime_store_put(s, "doomed", 6, "d", 1, wall_ns() + 100 * MS), 0);
     recorder_wait_key(&rec, "doomed", 1, NULL);
-    store_wait_idle(s);
+    pg_wait_idle(s, conninfo);
     CHECK_EQ(chime_store_sync(s), 0);
     rec.reply = NULL;
     wait_polls(s, 2);
@@ -208,7 +208,7 @@ static bool survive_in(uint64_t window)
     recorder_wait_key(&rec, "survivor", 1, &f);
     CHECK(f.at_wall >= due, "early");
     CHECK_EQ(f.attempt, 1);
-    store_wait_idle(s);
+    pg_wait_idle(s, conninfo);
     CHECK_EQ(chime_store_close(s), 0);
     return true;
 }
@@ -233,7 +233,7 @@ static void put_through_other_node(chime_store *a, chime_store *b, struct record
     struct firing f;
     recorder_wait_key(ra, key, 1, &f);
     CHECK(f.at_wall >= due, "early");
-    store_wait_idle(a);
+    pg_wait_idle(a, conninfo);
 }
 
 static void test_a_put_for_another_nodes_shard_reaches_it_with_or_without_notifications(void)
@@ -282,7 +282,7 @@ static void test_a_requeue_through_another_node_is_held_by_the_owner_only(void)
     pg_key_in_shard(key, sizeof key, "requeued", (unsigned)shard, SHARDS);
     CHECK_EQ(chime_store_put(a, key, strlen(key), "d", 1, wall_ns() + 100 * MS), 0);
     recorder_wait_key(&ra, key, 1, NULL); /* a fires it; its handler sends it to the dead letters */
-    store_wait_idle(a);
+    pg_wait_idle(a, conninfo);
     CHECK_EQ(chime_store_sync(a), 0);
     CHECK_EQ(chime_store_dead_requeue(b, key, strlen(key), wall_ns() + 600 * SEC), 0);
     struct chime_store_stats st;
@@ -467,7 +467,7 @@ static void test_a_put_due_before_the_owners_boundary_from_a_clock_ahead_still_f
     recorder_wait_key(&ro, "late", 1, &f);
     CHECK_EQ(pg_fence_epoch(f.fence), (uint64_t)epoch); /* o's own epoch: no takeover read it */
     CHECK_EQ(pg_owner(c, 0, owner, sizeof owner), epoch);
-    store_wait_idle(o);
+    pg_wait_idle(o, conninfo);
     PQfinish(c);
     CHECK_EQ(chime_store_close(x), 0);
     CHECK_EQ(chime_store_close(o), 0);

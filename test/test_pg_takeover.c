@@ -175,7 +175,7 @@ static void test_a_firing_that_meets_a_lock_timeout_is_run_again(void)
     struct firing f;
     recorder_wait_key(&rec, key, 1, &f);
     CHECK_EQ(f.attempt, 1);
-    store_wait_idle(a);
+    pg_wait_idle(a, conninfo);
     pg_wait_settled(a);
     CHECK_EQ(recorder_count_key(&rec, key), 1);
     CHECK_EQ(chime_store_close(a), 0); /* 0: the lock timeout did not fail the store */
