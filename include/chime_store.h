@@ -34,7 +34,9 @@ extern "C" {
  *     (durably by the group commit after its acknowledgement is written: at once, or during a burst
  *     of firings with others soon after; chime_store_sync waits for all of them). A handler that was
  *     running, or had fired and not been acknowledged, when the process died runs again after the
- *     restart with attempt + 1. A handler can therefore run more than once for one put: HANDLERS MUST
+ *     restart with attempt + 1, unless its key was put again (or put and cancelled) while it ran:
+ *     then, as when it returns, the newer timer wins and the interrupted firing does not run again
+ *     (see chime_handler). A handler can therefore run more than once for one put: HANDLERS MUST
  *     BE IDEMPOTENT (cancel an order only if it is still unpaid; deduplicate by key and due_ns).
  *     attempt > 1 says "this may have run before".
  *   - Only timers due within horizon_ns of now are held in memory; the rest stay on disk, grouped by
