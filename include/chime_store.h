@@ -194,7 +194,10 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  *         directory); -EPROTO if the journal's files
  *         are of another format version (written by chime before 0.2.0's release: there is no
  *         migration; nothing is changed); -ENOMEM;
- *         -EIO, -ENOSPC, or another negative errno from the file system (-EACCES, -ENOTDIR, ...);
+ *         -EIO, -ENOSPC, or another negative errno from the file system (-EACCES, -ENOTDIR, ...;
+ *         -EACCES also when the directory had to be made and its parent cannot be read, so that
+ *         its new entry cannot be synced: it is removed again; an existing directory whose parent
+ *         this process may enter but not read opens);
  *         -ECHILD if a thread could not be started.
  *         With cfg->postgres: -ENOTSUP if this build has no PostgreSQL support (libpq);
  *         -ECONNREFUSED if the database cannot be reached (open does not wait for it); -ENOENT if it

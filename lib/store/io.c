@@ -48,9 +48,9 @@ static int fault(enum chime__io_op op, const char *name, int fd)
 int chime__io_mkdir(const char *path)
 {
     CHECK_FAULT(CHIME_IO_MKDIR, path, -1);
-    if (mkdir(path, 0755) == 0 || errno == EEXIST)
-        return 0;
-    return -errno;
+    if (mkdir(path, 0755) == 0)
+        return 1;
+    return errno == EEXIST ? 0 : -errno;
 }
 
 int chime__io_sync_parent(const char *path)
@@ -78,6 +78,17 @@ int chime__io_sync_parent(const char *path)
         return -errno;
     int err = fsync(fd) == 0 ? 0 : -errno;
     close(fd);
+    return err;
+}
+
+int chime__io_make_dir(const char *path)
+{
+    int made = chime__io_mkdir(path);
+    int err = made < 0 ? made : chime__io_sync_parent(path);
+    if (err == -EACCES && made == 0)
+        return 0;
+    if (err && made == 1)
+        rmdir(path); /* empty: nothing was put in it */
     return err;
 }
 

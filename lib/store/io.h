@@ -38,7 +38,14 @@ enum chime__io_op {
 typedef int chime__io_fault_fn(void *ctx, enum chime__io_op op, const char *name, int fd);
 void chime__io_set_fault(chime__io_fault_fn *fn, void *ctx);
 
-int chime__io_mkdir(const char *path);                         /* 0 if it exists already */
+int chime__io_mkdir(const char *path);                    /* 1: made; 0: it exists already */
+/* The journal's directory, made if absent, its entry durable: mkdir, then the parent synced at
+ * every open (an earlier one may have crashed between its mkdir and that sync). A parent this
+ * process may enter but not read (mode 0711, or a current directory it cannot list, for a relative
+ * path) cannot be opened to be synced: a directory that was there already is used as it is (found
+ * in review: such a store could not be opened at all), and one made now is removed again and
+ * refused (-EACCES), its entry not durable. Return: 0; a negative errno. */
+int chime__io_make_dir(const char *path);
 /* fsync the directory that holds path (its entry for path: a new directory is durable only then).
  * The fault hook sees CHIME_IO_SYNC with path as the name. */
 int chime__io_sync_parent(const char *path);

@@ -527,9 +527,7 @@ static int j_open(struct chime__backend **out, const struct chime_store_config *
     atomic_init(&j->merges, 0);
     atomic_init(&j->scratch_frees, 0);
 
-    int err = chime__io_mkdir(cfg->path);
-    if (!err) /* every open: an earlier one may have crashed between its mkdir and this sync */
-        err = chime__io_sync_parent(cfg->path);
+    int err = chime__io_make_dir(cfg->path);
     if (!err) {
         j->dir = chime__io_open_dir(cfg->path);
         err = j->dir < 0 ? j->dir : 0;
