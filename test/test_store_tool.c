@@ -435,6 +435,28 @@ static void verify_names_a_lost_head_and_list_refuses(void)
     free(aside);
 }
 
+/* A directory with no HEAD, LOCK, segment or run is not a journal: every command says so and
+ * fails (each read any directory, /etc say, as an empty journal, and verify said ok). */
+static void a_directory_that_is_no_journal_is_refused(void)
+{
+    char *other = tmpdir_make("notjournal"), *file, out[1024];
+    CHECK(other != NULL, "mkdtemp");
+    CHECK(asprintf(&file, "%s/notes.txt", other) >= 0, "asprintf");
+    FILE *f = fopen(file, "w");
+    CHECK(f && fputs("not a journal\n", f) >= 0 && fclose(f) == 0, "write %s", file);
+    const char *cmds[] = { "list", "dead", "count", "verify" };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        int status = run_line(out, sizeof out, "'%s' %s '%s' 2>&1", tool, cmds[i], other);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "%s: status %d:\n%s", cmds[i],
+              status, out);
+        CHECK(strstr(out, ": not a journal (no HEAD, LOCK, segment or run in it)\n") != NULL,
+              "%s:\n%s", cmds[i], out);
+    }
+    tmpdir_remove(other);
+    free(file);
+    free(other);
+}
+
 /* (Runs last: it deletes the run.) A lost run leaves segment 1 in no file: verify names the missing
  * numbers and fails, and list refuses rather than list what is left as if it were all. */
 static void verify_names_a_lost_run_and_list_refuses(void)
@@ -475,6 +497,7 @@ static const struct tap_test tests[] = {
       a_newest_segment_cut_to_nothing_that_head_names_is_damage },
     { "a_newest_segment_cut_part_way_is_damage", a_newest_segment_cut_part_way_is_damage },
     { "verify_names_a_lost_head_and_list_refuses", verify_names_a_lost_head_and_list_refuses },
+    { "a_directory_that_is_no_journal_is_refused", a_directory_that_is_no_journal_is_refused },
     { "verify_names_a_lost_run_and_list_refuses", verify_names_a_lost_run_and_list_refuses },
 };
 

@@ -15,8 +15,8 @@
  *                            contents (chime-store-pg.c)
  *
  * Keys are printed as text, bytes outside printable ASCII, space and backslash as \xNN. Exit
- * status: 0; 1 if the journal is damaged (open would refuse it) or could not be read; 2 for a usage
- * error.
+ * status: 0; 1 if the journal is damaged (open would refuse it) or could not be read, or DIR is not
+ * a journal; 2 for a usage error.
  * The journal's format is lib/store/format.md.
  */
 #define _GNU_SOURCE
@@ -582,7 +582,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "chime-store: %s: %s\n", argv[2], strerror(-dir)); /* the system's */
             return 1;
         }
-        int rc = commands[i].run(dir);
+        int rc = snapshot_is_journal(dir);
+        if (rc <= 0)
+            fprintf(stderr, "chime-store: %s: %s\n", argv[2],
+                    rc ? strerror(-rc) : "not a journal (no HEAD, LOCK, segment or run in it)");
+        rc = rc > 0 ? commands[i].run(dir) : 1;
         chime__io_close(dir);
         return rc;
     }

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "store/format.h"
+#include "store/io.h"
 
 int snapshot_list(int dir, struct chime__journal_files *f)
 {
@@ -120,4 +121,17 @@ void snapshot_test_stop(void)
 {
     if (getenv("CHIME_STORE_TOOL_STOP_AFTER_LISTING"))
         raise(SIGSTOP);
+}
+
+static int journal_name(void *ctx, const char *name)
+{
+    (void)ctx;
+    uint64_t lo, hi;
+    return !strcmp(name, "HEAD") || !strcmp(name, "LOCK") || chime__parse_name(name, &lo, &hi);
+}
+
+int snapshot_is_journal(int dir)
+{
+    int rc = chime__io_list(dir, journal_name, NULL);
+    return rc > 0 ? 1 : rc;
 }

@@ -15,6 +15,11 @@
  * before it counts as damage (snapshot.c). Return: as chime__journal_files_list. */
 int snapshot_list(int dir, struct chime__journal_files *f);
 
+/* Whether dir shows a journal: HEAD, LOCK, or a segment or run by its name. One with none is not
+ * (every command read it as an empty journal, and verify said ok, of any directory: found in
+ * review). Return: 1, 0, or an error reading the directory. */
+int snapshot_is_journal(int dir);
+
 struct snapshot {
     int dir;        /* a directory in which f's files open as they were listed; -1: not made */
     char *path;     /* that directory, in $TMPDIR (or /tmp) */
