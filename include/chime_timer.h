@@ -125,9 +125,9 @@ CHIME_API int chime_timer_schedule_at(chime_timer *t, uint64_t deadline_ns, chim
  * Schedule fn(arg) at now + first_delay_ns and then every period_ns (rounded up to whole ticks)
  * until cancelled, without drift. A run never overlaps the previous run of the same timer: with
  * workers, a boundary that comes while the last run is still going is skipped. A timer whose next
- * boundary would pass the clock's range (2^64 ticks) ends at its last one, as a one-shot timer does
- * (fired; if that boundary is skipped, once the run still going is over). Under CHIME_STOP_DRAIN a
- * periodic timer is not waited for: it goes to on_unfired.
+ * boundary would pass the clock's range (UINT64_MAX ns) ends at its last one, as a one-shot timer
+ * does (fired; if that boundary is skipped, once the run still going is over). Under
+ * CHIME_STOP_DRAIN a periodic timer is not waited for: it goes to on_unfired.
  * Return: as chime_timer_schedule; -EINVAL also if period_ns is 0.
  * Complexity and thread safety: as chime_timer_schedule.
  */
@@ -172,7 +172,7 @@ CHIME_API int chime_timer_reschedule(chime_timer *t, chime_id id, uint64_t delay
  * passed to on_unfired(arg) once, so the caller can free what it gave. on_unfired runs on the
  * advancing thread before stop returns; it may be NULL. The threads are joined before stop returns.
  * Afterwards every call but chime_timer_stats, chime_timer_now and chime_timer_free returns
- * -ESHUTDOWN (after its own argument checks: -EINVAL comes first).
+ * -ESHUTDOWN (after its own argument checks: -EINVAL, and a schedule's -ERANGE, come first).
  * Return: 0; -EINVAL if t is NULL or how is neither mode; -EDEADLK if called from one of t's
  *         callbacks (or on_unfired); -ESHUTDOWN if stop was already called.
  * Complexity: O(pending + pool capacity); DRAIN also waits for the last deadline.

@@ -352,6 +352,31 @@ static void a_periodic_timer_whose_run_overlaps_its_last_boundary_ends_when_the_
     chime_timer_free(t);
 }
 
+/* Found in review: the clock's range is UINT64_MAX ns, not 2^64 ticks. With a tick of 1000 ns, a
+ * periodic timer whose next boundary fell between the two was placed at a tick the clock never
+ * reaches, and stayed pending for good (cancel 0, its max_pending place held). A boundary on the
+ * last tick the clock reaches keeps it pending; one past it ends it, counted fired. */
+static void a_periodic_timer_ends_when_its_next_boundary_passes_uint64_max_ns(void)
+{
+    struct chime_timer_config c = { .tick_ns = 1000, .max_pending = 1 };
+    const uint64_t periods[] = { UINT64_MAX - 2000, UINT64_MAX }; /* next boundary: on, past */
+    for (int i = 0; i < 2; i++) {
+        chime_timer *t = start(&c, 0);
+        atomic_store(&per_runs, 0);
+        chime_id id;
+        CHECK_EQ(chime_timer_schedule_every(t, 1000, periods[i], per_count, NULL, &id), 0);
+        set_time(t, 1000); /* its first boundary: tick 1, then tick 1 + ceil(period / 1000) */
+        while (atomic_load(&per_runs) < 1)
+            sched_yield();
+        chime__timer_sync(t);
+        CHECK_EQ(chime_timer_cancel(t, id), i == 0 ? 0 : -ENOENT);
+        chime__timer_sync(t); /* the cancel applied */
+        expect_stats(t, 1, (uint64_t)i, (uint64_t)(1 - i), 0);
+        CHECK_EQ(chime_timer_stop(t, CHIME_STOP_NOW, NULL), 0);
+        chime_timer_free(t);
+    }
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -364,6 +389,8 @@ int main(void)
         { "a periodic run waiting for a worker is withdrawn by cancel and reschedule", a_periodic_run_waiting_for_a_worker_is_withdrawn_by_cancel_and_reschedule },
         { "a rescheduled periodic timer runs at its new deadline while its old run waits", a_rescheduled_periodic_timer_runs_at_its_new_deadline_while_its_old_run_waits },
         { "a periodic timer whose run overlaps its last boundary ends when the run does", a_periodic_timer_whose_run_overlaps_its_last_boundary_ends_when_the_run_does },
+        { "a periodic timer ends when its next boundary passes UINT64_MAX ns",
+          a_periodic_timer_ends_when_its_next_boundary_passes_uint64_max_ns },
     };
     return tap_run(tests, (int)(sizeof(tests) / sizeof(tests[0])));
 }

@@ -325,7 +325,8 @@ int chime__timer_fire(void *ctx, uint32_t idx)
     if (periodic) {
         uint64_t deadline = rec->deadline;
         uint64_t period = chime__timer_ticks(t, *chime__records_period(&t->recs, idx));
-        if (chime__levels_next_boundary(&t->L, &rec->deadline, period ? period : 1)) {
+        uint64_t last = UINT64_MAX / t->tick_ns; /* the tick of the clock's last value */
+        if (chime__levels_next_boundary(&t->L, &rec->deadline, period ? period : 1, last)) {
             if (chime__levels_place(&t->L, idx) != 0) { /* after advance_to >= now: a slot */
                 rec->deadline = deadline;
                 return -ENOMEM; /* nothing done: the levels stop before this timer */

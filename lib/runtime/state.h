@@ -246,7 +246,8 @@ enum chime__fire {
  * fire: the levels' entry for this record came due. PENDING without R, RUN or E -> DONE (a one-shot
  * timer, or a periodic one's last firing) or +RUN +P (a periodic run; the timer stays PENDING).
  * With RUN (a periodic run still going): not the last boundary -> nothing (skipped); the last one
- * (the next would pass 2^64 ticks) -> DONE with RUN kept, since no boundary is left to fire at.
+ * (the next would pass the clock's range) -> DONE with RUN kept, since no boundary is left to fire
+ * at.
  * relaxed: the CAS is the decision (cancel races on the same word); what the firing thread then
  * reads (deadline_ns, the callback) it acquired when it applied the record.
  */

@@ -322,16 +322,19 @@ int chime__levels_move(struct chime__levels *L, uint32_t idx, uint64_t deadline)
 
 /*
  * Move a periodic timer's deadline, which has just come due, to its first boundary after the running
- * advance's target: deadline + k * period with k >= 1. Return: false if that boundary would pass
- * UINT64_MAX (the deadline is then unchanged and the timer ends, as a one-shot would). For the
- * owners' fire functions (the public wheel's and the runtime's).
+ * advance's target: deadline + k * period with k >= 1. `last` is the last tick the owner's clock
+ * can reach: UINT64_MAX for the public wheel, whose time is the caller's; for the runtime, the
+ * tick of UINT64_MAX ns (a boundary beyond it never came, and the timer stayed pending for good:
+ * found in review). Return: false if that boundary would pass `last` (the deadline is then
+ * unchanged and the timer ends, as a one-shot would). For the owners' fire functions.
  */
 static inline bool chime__levels_next_boundary(const struct chime__levels *L, uint64_t *deadline,
-                                               uint64_t period)
+                                               uint64_t period, uint64_t last)
 {
-    /* periods passed: k - 1. Compared before adding 1, which would wrap when it is UINT64_MAX. */
-    uint64_t passed = (L->advance_to - *deadline) / period; /* deadline <= now <= advance_to */
-    if (passed >= (UINT64_MAX - *deadline) / period)
+    /* periods passed: k - 1. Compared before adding 1, which would wrap when it is UINT64_MAX.
+     * deadline <= now <= advance_to <= last: time past `last` is never reached. */
+    uint64_t passed = (L->advance_to - *deadline) / period;
+    if (passed >= (last - *deadline) / period)
         return false;
     *deadline += (passed + 1) * period;
     return true;

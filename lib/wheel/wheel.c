@@ -45,7 +45,8 @@ static int fire(void *ctx, uint32_t idx)
     void *arg = call->arg;
     if (h->pos & PERIODIC) {
         uint64_t deadline = h->deadline;
-        if (chime__levels_next_boundary(&w->L, &h->deadline, *chime__nodes_period(&w->nodes, idx))) {
+        uint64_t period = *chime__nodes_period(&w->nodes, idx);
+        if (chime__levels_next_boundary(&w->L, &h->deadline, period, UINT64_MAX)) {
             if (chime__levels_place(&w->L, idx) != 0) { /* after advance_to >= now: a slot */
                 h->deadline = deadline;
                 return -ENOMEM; /* nothing done: the levels stop before this timer */
