@@ -377,6 +377,34 @@ static void a_periodic_timer_ends_when_its_next_boundary_passes_uint64_max_ns(vo
     }
 }
 
+/* A callback at UINT64_MAX that schedules another timer there: it is due at the tick just fired. */
+static void again_at_the_end(void *arg)
+{
+    chime_timer *t = arg;
+    atomic_fetch_add(&per_runs, 1);
+    CHECK_EQ(chime_timer_schedule_at(t, UINT64_MAX, per_count, NULL, NULL), 0);
+}
+
+/* Found in review: with the clock at UINT64_MAX (a test's; CLOCK_MONOTONIC gets there after 584
+ * years), the advancing thread took the saturated time of its next wake for one already due, and
+ * went round without end: a second sync never returned. It sleeps there now, and what a callback
+ * schedules for that last tick still fires (a 1 ns tick, so that UINT64_MAX is a whole one). */
+static void the_advancing_thread_sleeps_once_its_clock_reads_uint64_max(void)
+{
+    struct chime_timer_config c = { .tick_ns = 1 };
+    chime_timer *t = start(&c, 0);
+    atomic_store(&per_runs, 0);
+    set_time(t, UINT64_MAX);
+    chime__timer_sync(t); /* went round without end before */
+    CHECK_EQ(chime_timer_schedule_at(t, UINT64_MAX, again_at_the_end, t, NULL), 0);
+    while (atomic_load(&per_runs) < 2)
+        sched_yield();
+    chime__timer_sync(t);
+    expect_stats(t, 2, 2, 0, 0);
+    CHECK_EQ(chime_timer_stop(t, CHIME_STOP_NOW, NULL), 0);
+    chime_timer_free(t);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -391,6 +419,8 @@ int main(void)
         { "a periodic timer whose run overlaps its last boundary ends when the run does", a_periodic_timer_whose_run_overlaps_its_last_boundary_ends_when_the_run_does },
         { "a periodic timer ends when its next boundary passes UINT64_MAX ns",
           a_periodic_timer_ends_when_its_next_boundary_passes_uint64_max_ns },
+        { "the advancing thread sleeps once its clock reads UINT64_MAX",
+          the_advancing_thread_sleeps_once_its_clock_reads_uint64_max },
     };
     return tap_run(tests, (int)(sizeof(tests) / sizeof(tests[0])));
 }

@@ -168,13 +168,18 @@ static bool due_by(const chime_timer *t, uint64_t tick)
     return chime__levels_next(&t->L, &next) == 0 && next <= tick;
 }
 
-/* When the next thing happens, in ns (UINT64_MAX: nothing pending). */
-static uint64_t next_wake(const chime_timer *t)
+/* When the next thing happens, in ns (UINT64_MAX: nothing pending, or nothing the clock reaches).
+ * *due: something is due by tick, the tick just advanced to (a callback scheduled it there). Not
+ * told by comparing the time with the clock's: at UINT64_MAX ns (a test's clock) a wake saturated
+ * there looked due, and the thread went round without end (found in review). */
+static uint64_t next_wake(const chime_timer *t, uint64_t tick, bool *due)
 {
-    uint64_t tick;
-    if (chime__levels_next(&t->L, &tick) != 0)
+    uint64_t next;
+    *due = false;
+    if (chime__levels_next(&t->L, &next) != 0)
         return UINT64_MAX;
-    return tick > UINT64_MAX / t->tick_ns ? UINT64_MAX : tick * t->tick_ns;
+    *due = next <= tick;
+    return next > UINT64_MAX / t->tick_ns ? UINT64_MAX : next * t->tick_ns;
 }
 
 /* The queue the drain just emptied is not empty: a push came since, or one is half done (mpsc.h: a
@@ -245,8 +250,9 @@ void *chime__timer_main(void *arg)
         if (mode == CHIME_STOP_DRAIN && chime__records_live(&t->recs) == 0 &&
             (!t->use_workers || chime__workers_idle(&t->workers)))
             break;
-        uint64_t wake = next_wake(t);
-        if (wake <= now)
+        bool due;
+        uint64_t wake = next_wake(t, tick, &due);
+        if (due)
             continue;
         if (!t->closed && !idle_work(t, wake)) {
             yield_to_a_push(t);
