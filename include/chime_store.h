@@ -70,8 +70,11 @@ extern "C" {
  * CHIME_SYNC_EACH a put or cancel returns once its transaction committed (one commit serves every
  * thread waiting on that connection: one per process). A lost connection or a restarted server is
  * retried, not an error: calls wait for it. -EIO then means the database rejected chime's
- * statements (a damaged or foreign schema). docs/design.md, "Durable timers on PostgreSQL", says
- * more; the fields are in struct chime_store_config.
+ * statements (a damaged or foreign schema). One exception to the contract above: a put whose commit
+ * a server crash or restart cut off from its reply is run again once the server is back (whether
+ * it had committed cannot be told then), so a cancel of that key from another node in between,
+ * which returned 0, is undone, and the timer fires (docs/design.md, "Limits"). docs/design.md,
+ * "Durable timers on PostgreSQL", says more; the fields are in struct chime_store_config.
  */
 
 typedef struct chime_store chime_store;
@@ -204,7 +207,9 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  *         has no schema `chime` (run chime-store --postgres CONNINFO init); -EPROTO if the schema is
  *         another version; -EINVAL also if cfg->postgres is not a connection string libpq can
  *         parse, cfg->shards differs from the schema's, or cfg->node is empty or over 63 bytes;
- *         -EBUSY if a live process already uses cfg->node; -EIO if the database rejects chime's
+ *         -EBUSY if a live process already uses cfg->node (a process that died holds its name
+ *         until its heartbeat lapses, lease_ns at most: a supervisor that restarts it under the
+ *         same name at once gets -EBUSY until then); -EIO if the database rejects chime's
  *         statements.
  * Complexity: O(records in the journal) to replay: the journal is read once (4.4 to 6.5 M records/s
  *             on a 2-core VM: 10^7 timers in 2.5 to 3 s; see docs/perf.md, "Reopen"); plus
