@@ -119,9 +119,9 @@ struct chime_store_config {            /* zero fields mean the defaults */
                                           tcp_user_timeout=75000, so that a dead server is given
                                           up in seconds, not hours; a server silent for 90 s
                                           while a reply is owed is given up too */
-    const char *node;                  /* this process's name in the cluster (at most 63 bytes);
-                                          NULL = host name and pid. Two live processes must not share
-                                          one (their leases would be one) */
+    const char *node;                  /* this process's name in the cluster (UTF-8, at most 63
+                                          bytes); NULL = host name and pid. Two live processes
+                                          must not share one (their leases would be one) */
     unsigned shards;                   /* fixed when the schema is created (chime-store init
                                           --shards); 0 = the schema's. Any other value must equal it
                                           (else open fails with -EINVAL) */
@@ -206,7 +206,8 @@ typedef int64_t chime_handler(void *ctx, const struct chime_fire *fire);
  *         -ECONNREFUSED if the database cannot be reached (open does not wait for it); -ENOENT if it
  *         has no schema `chime` (run chime-store --postgres CONNINFO init); -EPROTO if the schema is
  *         another version; -EINVAL also if cfg->postgres is not a connection string libpq can
- *         parse, cfg->shards differs from the schema's, or cfg->node is empty or over 63 bytes;
+ *         parse, cfg->shards differs from the schema's, or cfg->node is empty, over 63 bytes or not
+ *         UTF-8;
  *         -EBUSY if a live process already uses cfg->node (a process that died holds its name
  *         until its heartbeat lapses, lease_ns at most: a supervisor that restarts it under the
  *         same name at once gets -EBUSY until then); -EIO if the database rejects chime's

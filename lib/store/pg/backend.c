@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,10 +270,27 @@ static char *default_node(void)
     return asprintf(&out, "%.*s%s", 63 - n, host, pid) < 0 ? NULL : out;
 }
 
+/* Whether s is UTF-8 by its bytes' shapes (the database refuses a name that is not, and open said
+ * it could not be reached: found in review). What the shapes let through and the server refuses
+ * (an overlong form, a surrogate) is -EIO, the database's refusal. */
+static bool utf8(const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int more = *p < 0x80 ? 0 : *p >= 0xc2 && *p < 0xe0 ? 1 : *p >= 0xe0 && *p < 0xf0 ? 2
+                 : *p >= 0xf0 && *p < 0xf5 ? 3 : -1;
+        if (more < 0)
+            return false;
+        for (p++; more > 0; more--, p++)
+            if ((*p & 0xc0) != 0x80)
+                return false;
+    }
+    return true;
+}
+
 static int pg_open(struct chime__backend **out, const struct chime_store_config *cfg,
                    const struct chime__sink *sink)
 {
-    if (cfg->node && (!*cfg->node || strlen(cfg->node) > 63))
+    if (cfg->node && (!*cfg->node || strlen(cfg->node) > 63 || !utf8(cfg->node)))
         return -EINVAL;
     struct chime__backend *b = calloc(1, sizeof *b);
     if (!b)
@@ -321,7 +339,7 @@ static int pg_open(struct chime__backend **out, const struct chime_store_config 
         int rc = chime__pg_exec(&b->misc_conn,
                                 "SELECT 1 FROM chime.nodes WHERE node = $1 AND expires > now()", 1,
                                 v, &r);
-        err = rc != PG_OK ? -ECONNREFUSED : PQntuples(r) ? -EBUSY : 0;
+        err = rc == PG_LOST ? -ECONNREFUSED : rc != PG_OK ? -EIO : PQntuples(r) ? -EBUSY : 0;
         PQclear(r);
     }
     if (!err)

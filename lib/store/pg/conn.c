@@ -57,6 +57,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h> /* INT_MAX */
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,6 +186,12 @@ static void quiet(void *arg, const char *message)
     (void)message;
 }
 
+/* A timeout in ms for a session setting, which is an int: at least 1 s, at most INT_MAX. */
+static uint64_t clamp_ms(uint64_t ms)
+{
+    return ms < 1000 ? 1000 : ms > INT_MAX ? INT_MAX : ms;
+}
+
 PGconn *chime__pg_connectdb(const char *conninfo, const char *app)
 {
     /* Our defaults for a lost server (DEAD PEERS), then the caller's string over them
@@ -211,7 +218,12 @@ int chime__pg_connect(struct pg_conn *pc)
         return err;
     }
     PQconninfoFree(parsed);
-    snprintf(app, sizeof app, "chime %s %s", pc->node ? pc->node : "-", pc->role);
+    /* At most 63 bytes, what the server keeps: a longer name was cut with a notice that libpq
+     * printed on the application's stderr before `quiet` could be set (found in review). The
+     * node's name is cut, not the role's, which tells the sessions apart in pg_stat_activity. */
+    const char *node = pc->node ? pc->node : "-", *role = pc->role ? pc->role : "-";
+    int room = 63 - (int)strlen("chime  ") - (int)strlen(role);
+    snprintf(app, sizeof app, "chime %.*s %s", room, node, role);
     pc->c = chime__pg_connectdb(pc->conninfo, app);
     pc->prepared = 0;
     if (!pc->c)
@@ -227,9 +239,9 @@ int chime__pg_connect(struct pg_conn *pc)
         pc->c = NULL;
         return bad ? -EINVAL : PG_LOST;
     }
-    uint64_t idle_ms = pc->lease_ns / 2000000u;
-    if (idle_ms < 1000)
-        idle_ms = 1000;
+    /* The settings are ints of ms: a lease over 49 days made the SET fail, and open said the
+     * database could not be reached (found in review). */
+    uint64_t idle_ms = clamp_ms(pc->lease_ns / 2000000u);
     PQsetNoticeProcessor(pc->c, quiet, NULL);
     /* A session whose node died while one of its statements waited (an owner statement, for a
      * key's row that another transaction holds) kept the shard rows it had locked FOR KEY SHARE
@@ -244,9 +256,8 @@ int chime__pg_connect(struct pg_conn *pc)
     /* relaxed: a test's switch, set before the nodes it concerns open */
     if (!atomic_load_explicit(&chime__pg_lock_timeout_off, memory_order_relaxed) && pc->role &&
         (!strcmp(pc->role, "lane") || !strcmp(pc->role, "fire"))) {
-        uint64_t lock_ms = pc->lease_ns / 4000000u; /* see SESSION SETTINGS */
-        snprintf(lock, sizeof lock, " SET lock_timeout = %llu;",
-                 (unsigned long long)(lock_ms < 1000 ? 1000 : lock_ms));
+        uint64_t lock_ms = clamp_ms(pc->lease_ns / 4000000u); /* see SESSION SETTINGS */
+        snprintf(lock, sizeof lock, " SET lock_timeout = %llu;", (unsigned long long)lock_ms);
     }
     snprintf(set, sizeof set,
              "SET statement_timeout = 60000; SET idle_in_transaction_session_timeout = %llu;%s%s"
