@@ -82,6 +82,29 @@ static void test_init_on_a_schema_of_another_version_fails(void)
           "init on a version-1 schema: exit %d, stdout \"%s\", stderr \"%s\"", rc, out, err);
 }
 
+/* init's counts are decimal digits within their range: "-5" was taken as 2^64 - 5 seconds (and
+ * 99999999999999 overflowed when made ns), stored as another width than the one printed. A value
+ * refused is a usage error (2), before anything is created: the database keeps no schema. */
+static void test_init_refuses_counts_out_of_range(void)
+{
+    char other[600], out[4096], err[4096];
+    snprintf(other, sizeof other, "%s", cluster.conninfo); /* postgres: no schema there */
+    const char *bad[][2] = { { "--partition-seconds", "-5" },
+                             { "--partition-seconds", "99999999999999" },
+                             { "--partition-seconds", "0" },
+                             { "--shards", "+3" },
+                             { "--shards", "99999999999999999999999" } };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = run_tool(other, "init", bad[i][0], bad[i][1], out, sizeof out, err, sizeof err);
+        CHECK(rc == 2 && strstr(err, "init [--shards 1..") != NULL,
+              "init %s %s: exit %d, stdout \"%s\", stderr \"%s\"", bad[i][0], bad[i][1], rc, out,
+              err);
+    }
+    PGconn *c = pg_connect_or_die(other);
+    CHECK_EQ(pg_value(c, "SELECT count(*) FROM pg_namespace WHERE nspname = 'chime'"), 0);
+    PQfinish(c);
+}
+
 /* The journal's listing prints a key's bytes 0x21..0x7e but '\' as they are, others as \xNN. */
 static const char odd_key[] = { 0x00, ' ', 'a', '\\', 'b', (char)0xff, '\n' };
 static const char odd_printed[] = "\\x00\\x20a\\x5cb\\xff\\x0a";
@@ -158,6 +181,7 @@ int main(int argc, char **argv)
         { "an_unreachable_server_exits_1_with_a_message",
           test_an_unreachable_server_exits_1_with_a_message },
         { "a_timer_that_never_fires_lists_as_never", test_a_timer_that_never_fires_lists_as_never },
+        { "init_refuses_counts_out_of_range", test_init_refuses_counts_out_of_range },
     };
     return pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
 }

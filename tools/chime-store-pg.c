@@ -133,18 +133,32 @@ static int cmd_list(PGconn *c, int dead)
     return 0;
 }
 
+/* A count of 1..max in decimal digits alone: strtoul also takes a sign ("-5" was 2^64 - 5) and
+ * saturates, and a width in seconds times 10^9 overflowed (found in review). Return: 0, or -1. */
+static int parse_count(const char *s, unsigned long max, unsigned long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long v = *s >= '0' && *s <= '9' ? strtoul(s, &end, 10) : 0;
+    if (!end || *end || errno || !v || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
 static int cmd_init(PGconn *c, int argc, char **argv)
 {
     unsigned long shards = 256, seconds = 3600;
+    const unsigned long max_seconds = (unsigned long)(INT64_MAX / 1000000000); /* 292 years */
     for (int i = 0; i < argc; i++) {
-        char *end = NULL;
+        int bad = 1;
         if (!strcmp(argv[i], "--shards") && i + 1 < argc)
-            shards = strtoul(argv[++i], &end, 10);
+            bad = parse_count(argv[++i], PG_MAX_SHARDS, &shards);
         else if (!strcmp(argv[i], "--partition-seconds") && i + 1 < argc)
-            seconds = strtoul(argv[++i], &end, 10);
-        if (!end || *end || !shards || shards > PG_MAX_SHARDS || !seconds) {
-            fprintf(stderr, "chime-store: init [--shards 1..%u] [--partition-seconds S>0]\n",
-                    PG_MAX_SHARDS);
+            bad = parse_count(argv[++i], max_seconds, &seconds);
+        if (bad) {
+            fprintf(stderr, "chime-store: init [--shards 1..%u] [--partition-seconds 1..%lu]\n",
+                    PG_MAX_SHARDS, max_seconds);
             return 2;
         }
     }
