@@ -296,7 +296,12 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
                 0, NULL, &view);
     if (rc == PG_OK)
         rc = chime__pg_exec_text(pc, "COMMIT", 0, NULL, NULL);
-    if (rc == PG_OK && PQntuples(hb) != 1) {
+    if (rc == PG_OK && PQntuples(hb) != 1 && !b->lease_started) {
+        /* Open's first round: another process opening under this name took it since open's
+         * check (both passed it). -EBUSY, as the check says, not a failure (found in review:
+         * -EIO, with a message on stderr). */
+        rc = -EBUSY;
+    } else if (rc == PG_OK && PQntuples(hb) != 1) {
         fprintf(stderr, "chime: node name %s is taken by another live process\n", b->node);
         chime__pg_fail(b, -EIO);
         rc = PG_FATAL;
