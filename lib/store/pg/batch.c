@@ -404,7 +404,9 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
  * did not commit, but a "committed" after a restart cannot tell the two apart. Then the batch
  * runs again: a put is recorded again (a newer version of the same timer), an acknowledgement or
  * burial again changes nothing, and a cancel, requeue or drop that had in fact committed just
- * before the crash reports -ENOENT; nothing reported durable is lost. */
+ * before the crash reports -ENOENT; nothing reported durable is lost. But a put that had committed
+ * is applied twice, undoing what another node did to its key in between, a cancel that returned 0
+ * included (found in review; design.md, Limits: a marker row per batch would tell). */
 static int resolve(struct pg_lane *l, uint64_t xid)
 {
     char text[24];
