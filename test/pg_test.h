@@ -11,6 +11,21 @@
 #include "store/pg/pg.h"
 #include "store_util.h"
 
+/* A fresh database on c with chime's schema (shards; partitions of width_s seconds), named
+ * "<tag>_<n>" with n counting up in this program: its connection string into conninfo (cap bytes)
+ * and, if name is not NULL, its name (32 bytes). Every test that wants a clean database of its
+ * own takes one so. */
+static inline void pg_fresh_db(struct pg_cluster *c, const char *tag, unsigned shards,
+                               unsigned width_s, char *conninfo, size_t cap, char *name)
+{
+    static int seq;
+    char own[32];
+    if (!name)
+        name = own;
+    snprintf(name, 32, "%s_%d", tag, ++seq);
+    CHECK_EQ(pg_cluster_db(c, name, shards, width_s, conninfo, cap), 0);
+}
+
 /* A node's configuration on conninfo (the tests' defaults; a test may change fields before opening
  * with pg_open_config). lease_ns and horizon_ns 0: the store's defaults. */
 static inline void pg_node_config(struct chime_store_config *cfg, const char *conninfo,

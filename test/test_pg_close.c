@@ -11,14 +11,11 @@
 
 static struct pg_cluster cluster;
 static char conninfo[600];
-static int db_seq;
 static struct recorder rec;
 
 static void fresh(unsigned shards)
 {
-    char name[32];
-    snprintf(name, sizeof name, "close_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, shards, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
+    pg_fresh_db(&cluster, "close", shards, PG_WIDTH_S, conninfo, sizeof conninfo, NULL);
     recorder_free(&rec);
     recorder_init(&rec, NULL);
 }

@@ -13,7 +13,6 @@
 static struct pg_cluster cluster;
 static struct pg_proxy proxy;
 static char direct[600], relayed[600];
-static int db_seq;
 static struct recorder rec;
 
 #define SHARDS 8
@@ -23,8 +22,7 @@ static struct recorder rec;
 static void fresh_db(unsigned shards, unsigned partition_s)
 {
     char name[32];
-    snprintf(name, sizeof name, "cuts_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, shards, partition_s, direct, sizeof direct), 0);
+    pg_fresh_db(&cluster, "cuts", shards, partition_s, direct, sizeof direct, name);
     CHECK_EQ(pg_proxy_start(&proxy, cluster.port), 0);
     pg_proxy_conninfo(&proxy, name, relayed, sizeof relayed);
     recorder_free(&rec);

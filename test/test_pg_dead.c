@@ -10,7 +10,6 @@
 
 static struct pg_cluster cluster;
 static char conninfo[600];
-static int db_seq;
 
 #define SHARDS 16
 #define KEYS 300
@@ -52,9 +51,7 @@ static size_t dead_count(chime_store *s)
 static void fresh(struct recorder *ra, struct recorder *rb,
                   int64_t (*reply)(struct recorder *, const struct chime_fire *))
 {
-    char name[32];
-    snprintf(name, sizeof name, "dead_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, SHARDS, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
+    pg_fresh_db(&cluster, "dead", SHARDS, PG_WIDTH_S, conninfo, sizeof conninfo, NULL);
     recorder_init(ra, NULL);
     recorder_init(rb, NULL);
     ra->reply = rb->reply = reply;

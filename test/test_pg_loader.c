@@ -10,14 +10,11 @@
 
 static struct pg_cluster cluster;
 static char conninfo[600];
-static int db_seq;
 static struct recorder rec;
 
 static void fresh(void)
 {
-    char name[32];
-    snprintf(name, sizeof name, "loader_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, 1, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
+    pg_fresh_db(&cluster, "loader", 1, PG_WIDTH_S, conninfo, sizeof conninfo, NULL);
     recorder_free(&rec);
     recorder_init(&rec, NULL);
 }

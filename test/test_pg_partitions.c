@@ -12,16 +12,12 @@
 
 static struct pg_cluster cluster;
 static char conninfo[600];
-static int db_seq;
 
 #define WIDTH SEC /* partitions of one second: the smallest `init --partition-seconds` allows */
 
 static void fresh(void)
 {
-    char name[32];
-    snprintf(name, sizeof name, "parts_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, 1, (unsigned)(WIDTH / SEC), conninfo, sizeof conninfo),
-             0);
+    pg_fresh_db(&cluster, "parts", 1, (unsigned)(WIDTH / SEC), conninfo, sizeof conninfo, NULL);
 }
 
 /* A put exactly as a lane sends it (statements.h), of one key into shard 0 with part `part`,

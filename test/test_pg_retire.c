@@ -17,7 +17,6 @@
 
 static struct pg_cluster cluster;
 static char conninfo[600];
-static int db_seq;
 
 #define WIDTH SEC
 /* Leases longer under valgrind and the sanitizers, where a thread may stall past a short one. */
@@ -25,10 +24,7 @@ static int db_seq;
 
 static void fresh(void)
 {
-    char name[32];
-    snprintf(name, sizeof name, "retire_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, 1, (unsigned)(WIDTH / SEC), conninfo, sizeof conninfo),
-             0);
+    pg_fresh_db(&cluster, "retire", 1, (unsigned)(WIDTH / SEC), conninfo, sizeof conninfo, NULL);
 }
 
 struct house {

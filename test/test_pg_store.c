@@ -10,7 +10,6 @@
 
 static struct pg_cluster cluster;
 static char conninfo[600];
-static int db_seq;
 static struct recorder rec;
 
 #define SHARDS 16
@@ -18,9 +17,7 @@ static struct recorder rec;
 /* A fresh database with the schema, and a fresh recorder. */
 static void fresh(void)
 {
-    char name[32];
-    snprintf(name, sizeof name, "store_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, SHARDS, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
+    pg_fresh_db(&cluster, "store", SHARDS, PG_WIDTH_S, conninfo, sizeof conninfo, NULL);
     recorder_free(&rec);
     recorder_init(&rec, NULL);
 }
@@ -438,9 +435,7 @@ static uint64_t behind(void)
  */
 static void test_a_put_due_before_the_owners_boundary_from_a_clock_ahead_still_fires(void)
 {
-    char name[32];
-    snprintf(name, sizeof name, "store_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, 1, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
+    pg_fresh_db(&cluster, "store", 1, PG_WIDTH_S, conninfo, sizeof conninfo, NULL);
     struct recorder ro;
     recorder_init(&ro, behind);
     recorder_free(&rec);

@@ -12,7 +12,7 @@
 static struct pg_cluster cluster;
 static const char *tool;
 static char conninfo[600];
-static int db_seq;
+static char db_name[32]; /* the database fresh() made last */
 
 /* Run the tool with args (up to three, NULL-terminated); its standard output into out, its
  * standard error into err. Return: its exit status. */
@@ -49,9 +49,7 @@ static int run_tool(const char *ci, const char *a1, const char *a2, const char *
 
 static void fresh(unsigned shards)
 {
-    char name[32];
-    snprintf(name, sizeof name, "tool_%d", ++db_seq);
-    CHECK_EQ(pg_cluster_db(&cluster, name, shards, PG_WIDTH_S, conninfo, sizeof conninfo), 0);
+    pg_fresh_db(&cluster, "tool", shards, PG_WIDTH_S, conninfo, sizeof conninfo, db_name);
 }
 
 /* One pending timer (payload "p"), put through a node that then closes. */
@@ -129,7 +127,7 @@ static void test_odd_keys_print_as_the_journal_prints_them(void)
     check_listings("bytea_output hex");
     /* a database (or role) whose bytea_output is escape: a setting the tool does not own */
     char sql[128];
-    snprintf(sql, sizeof sql, "ALTER DATABASE tool_%d SET bytea_output = 'escape'", db_seq);
+    snprintf(sql, sizeof sql, "ALTER DATABASE %s SET bytea_output = 'escape'", db_name);
     CHECK(pg_command(c, sql), "alter database");
     PQfinish(c);
     check_listings("bytea_output escape");
