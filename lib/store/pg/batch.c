@@ -6,7 +6,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,66 +223,6 @@ static int build(struct pg_lane *l, int st, struct params *p, char token[8])
 
 /* ---- the pipeline ---- */
 
-/* Send what libpq buffered, reading whatever arrives meanwhile (a server blocked writing results
- * we do not read would stop reading what we send). A server that neither takes nor sends anything
- * for chime__pg_silence_ns is given up on, as in chime__pg_await. */
-static int flush(struct pg_conn *pc)
-{
-    uint64_t moved = chime__pg_mono(); /* when bytes last went either way */
-    for (;;) {
-        int f = PQflush(pc->c);
-        if (f == 0)
-            return PG_OK;
-        if (f < 0)
-            return PG_LOST;
-        if (chime__pg_mono() - moved >= chime__pg_silence_ns) {
-            chime__pg_abandon(pc);
-            return PG_LOST;
-        }
-        struct pollfd pfd = { PQsocket(pc->c), POLLIN | POLLOUT, 0 };
-        if (poll(&pfd, 1, 1000) < 0 && errno != EINTR)
-            return PG_LOST;
-        if (pfd.revents & (POLLIN | POLLOUT))
-            moved = chime__pg_mono();
-        if ((pfd.revents & POLLIN) && !PQconsumeInput(pc->c))
-            return PG_LOST;
-    }
-}
-
-/* The result of the next query in the pipeline (kept in *out if out, else cleared). */
-static int next_result(struct pg_conn *pc, PGresult **out)
-{
-    if (chime__pg_await(pc) != PG_OK)
-        return PG_LOST;
-    PGresult *r = PQgetResult(pc->c);
-    int rc = chime__pg_status(pc, r);
-    if (r && PQresultStatus(r) == PGRES_PIPELINE_SYNC)
-        rc = PG_LOST; /* out of step: treat the connection as unusable */
-    if (r && chime__pg_await(pc) != PG_OK)
-        rc = PG_LOST;
-    /* each query's results end with NULL */
-    PGresult *end = r && rc != PG_LOST ? PQgetResult(pc->c) : NULL;
-    if (end) {
-        PQclear(end);
-        rc = rc == PG_OK ? PG_LOST : rc;
-    }
-    if (out && rc == PG_OK)
-        *out = r;
-    else
-        PQclear(r);
-    return rc;
-}
-
-static int next_sync(struct pg_conn *pc)
-{
-    if (chime__pg_await(pc) != PG_OK)
-        return PG_LOST;
-    PGresult *r = PQgetResult(pc->c);
-    int ok = r && PQresultStatus(r) == PGRES_PIPELINE_SYNC;
-    PQclear(r);
-    return ok ? PG_OK : PG_LOST;
-}
-
 static int prepare_all(struct pg_lane *l, const int *sent, int nsent)
 {
     for (int i = 0; i < nsent; i++) {
@@ -338,14 +277,14 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
         order[nstmt++] = sent[i];
     }
     ok = ok && PQpipelineSync(c);
-    if (!ok || flush(pc) != PG_OK)
+    if (!ok || chime__pg_flush(pc) != PG_OK)
         return PG_LOST;
     PGresult *x = NULL;
-    rc = next_result(pc, NULL);
+    rc = chime__pg_pipeline_result(pc, NULL);
     if (rc == PG_OK)
-        rc = next_result(pc, &x);
+        rc = chime__pg_pipeline_result(pc, &x);
     if (rc == PG_OK)
-        rc = next_sync(pc);
+        rc = chime__pg_pipeline_sync(pc);
     if (rc == PG_OK) {
         *xid = strtoull(PQgetvalue(x, 0, 0), NULL, 10);
         snprintf(l->server_start, sizeof l->server_start, "%s", PQgetvalue(x, 0, 1));
@@ -364,25 +303,25 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
             ok = PQsendQueryParams(c, failed == PG_OK ? "COMMIT" : "ROLLBACK", 0, NULL, NULL, NULL,
                                    NULL, 0) &&
                  PQpipelineSync(c);
-            if (!ok || flush(pc) != PG_OK)
+            if (!ok || chime__pg_flush(pc) != PG_OK)
                 return PG_LOST;
             if (*commit_sent && chime__pg_commit_hook)
                 chime__pg_commit_hook();
         } else {
             for (int i = 0; i < nstmt; i++) {
-                int s = next_result(pc, &res[order[i]]);
+                int s = chime__pg_pipeline_result(pc, &res[order[i]]);
                 if (s == PG_LOST)
                     return PG_LOST;
                 if (s != PG_OK && (failed == PG_OK || failed == PG_RETRY))
                     failed = s; /* the first real error, not the aborted ones after it */
             }
-            if (next_sync(pc) != PG_OK)
+            if (chime__pg_pipeline_sync(pc) != PG_OK)
                 return PG_LOST;
         }
     }
     PGresult *end = NULL;
-    rc = next_result(pc, &end);
-    if (rc == PG_OK && next_sync(pc) != PG_OK)
+    rc = chime__pg_pipeline_result(pc, &end);
+    if (rc == PG_OK && chime__pg_pipeline_sync(pc) != PG_OK)
         rc = PG_LOST;
     int committed = rc == PG_OK && !strcmp(PQcmdStatus(end), "COMMIT");
     PQclear(end);

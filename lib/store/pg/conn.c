@@ -132,6 +132,64 @@ PGresult *chime__pg_result(struct pg_conn *pc, int sent)
     }
 }
 
+/* ---- pipelines (pg.h) ---- */
+
+int chime__pg_flush(struct pg_conn *pc)
+{
+    uint64_t moved = chime__pg_mono(); /* when bytes last went either way */
+    for (;;) {
+        int f = PQflush(pc->c);
+        if (f == 0)
+            return PG_OK;
+        if (f < 0)
+            return PG_LOST;
+        if (chime__pg_mono() - moved >= chime__pg_silence_ns) {
+            chime__pg_abandon(pc);
+            return PG_LOST;
+        }
+        struct pollfd pfd = { PQsocket(pc->c), POLLIN | POLLOUT, 0 };
+        if (poll(&pfd, 1, 1000) < 0 && errno != EINTR)
+            return PG_LOST;
+        if (pfd.revents & (POLLIN | POLLOUT))
+            moved = chime__pg_mono();
+        if ((pfd.revents & POLLIN) && !PQconsumeInput(pc->c))
+            return PG_LOST;
+    }
+}
+
+int chime__pg_pipeline_result(struct pg_conn *pc, PGresult **out)
+{
+    if (chime__pg_await(pc) != PG_OK)
+        return PG_LOST;
+    PGresult *r = PQgetResult(pc->c);
+    int rc = chime__pg_status(pc, r);
+    if (r && PQresultStatus(r) == PGRES_PIPELINE_SYNC)
+        rc = PG_LOST; /* out of step: treat the connection as unusable */
+    if (r && chime__pg_await(pc) != PG_OK)
+        rc = PG_LOST;
+    /* each query's results end with NULL */
+    PGresult *end = r && rc != PG_LOST ? PQgetResult(pc->c) : NULL;
+    if (end) {
+        PQclear(end);
+        rc = rc == PG_OK ? PG_LOST : rc;
+    }
+    if (out && rc == PG_OK)
+        *out = r;
+    else
+        PQclear(r);
+    return rc;
+}
+
+int chime__pg_pipeline_sync(struct pg_conn *pc)
+{
+    if (chime__pg_await(pc) != PG_OK)
+        return PG_LOST;
+    PGresult *r = PQgetResult(pc->c);
+    int ok = r && PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+    PQclear(r);
+    return ok ? PG_OK : PG_LOST;
+}
+
 /* Classify r; on PG_OK hand it to *out if asked for, else clear it. */
 static int settle(struct pg_conn *pc, PGresult *r, PGresult **out)
 {

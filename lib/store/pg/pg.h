@@ -151,6 +151,14 @@ void chime__pg_abandon(struct pg_conn *pc);
 /* What PQexec returns for a query already sent (`sent`: what PQsend* returned), each wait through
  * chime__pg_await: the last result, or NULL if the send or the connection failed. */
 PGresult *chime__pg_result(struct pg_conn *pc, int sent);
+/* Pipeline mode (batch.c): send what libpq buffered, reading whatever arrives meanwhile (a
+ * server blocked writing results we do not read would stop reading what we send), giving a server
+ * silent either way for chime__pg_silence_ns up as chime__pg_await does; the result of the next
+ * query (kept in *out if out, else cleared); the next sync. Each: PG_OK, PG_LOST, or (a result) the
+ * class chime__pg_status gives it. */
+int chime__pg_flush(struct pg_conn *pc);
+int chime__pg_pipeline_result(struct pg_conn *pc, PGresult **out);
+int chime__pg_pipeline_sync(struct pg_conn *pc);
 /* Run sql (several statements allowed, text results) as PQexec would, through chime__pg_result;
  * *out (if given) receives the last result on PG_OK. */
 int chime__pg_run(struct pg_conn *pc, const char *sql, PGresult **out);
