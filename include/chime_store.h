@@ -69,12 +69,10 @@ extern "C" {
  * outcome is then refused, and the new owner fires the timer again). With
  * CHIME_SYNC_EACH a put or cancel returns once its transaction committed (one commit serves every
  * thread waiting on that connection: one per process). A lost connection or a restarted server is
- * retried, not an error: calls wait for it. -EIO then means the database rejected chime's
- * statements (a damaged or foreign schema). One exception to the contract above: a put whose commit
- * a server crash or restart cut off from its reply is run again once the server is back (whether
- * it had committed cannot be told then), so a cancel of that key from another node in between,
- * which returned 0, is undone, and the timer fires (docs/design.md, "Limits"). docs/design.md,
- * "Durable timers on PostgreSQL", says more; the fields are in struct chime_store_config.
+ * retried, not an error: calls wait for it, and a call whose commit was cut off from its reply
+ * (also by a server crash or restart) reports what the database did, once. -EIO then means the
+ * database rejected chime's statements (a damaged or foreign schema). docs/design.md, "Durable
+ * timers on PostgreSQL", says more; the fields are in struct chime_store_config.
  */
 
 typedef struct chime_store chime_store;

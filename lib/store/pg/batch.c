@@ -18,13 +18,14 @@ void (*chime__pg_commit_hook)(void);
 
 _Static_assert(PG_BATCH < PG_VERSION_ROWS, "a statement's rows are numbered within one version base");
 
-enum { ST_PUT, ST_RETRY, ST_CANCEL, ST_ACK, ST_BURY, ST_REQUEUE, ST_DROP, ST_UNFIRE, ST_NOTIFY,
-       ST_COUNT };
+enum { ST_MARK, ST_PUT, ST_RETRY, ST_CANCEL, ST_ACK, ST_BURY, ST_REQUEUE, ST_DROP, ST_UNFIRE,
+       ST_NOTIFY, ST_COUNT };
 
 static const struct {
     const char *name, *sql;
-    int kind; /* the operations it carries (ST_NOTIFY: the puts that notify) */
+    int kind; /* the operations it carries; -1: sent with every batch (ST_NOTIFY if any notifies) */
 } stmts[ST_COUNT] = {
+    [ST_MARK] = { "chime_mark", PG_SQL_MARK, -1 },
     [ST_PUT] = { "chime_put", PG_SQL_PUT, PG_OP_PUT },
     [ST_RETRY] = { "chime_retry", PG_SQL_RETRY, PG_OP_RETRY },
     [ST_CANCEL] = { "chime_cancel", PG_SQL_CANCEL, PG_OP_CANCEL },
@@ -124,21 +125,33 @@ static void payloads_array(struct pg_lane *l, struct params *p, int kind)
     close_array(l, p);
 }
 
-/* The owner and token parameters of an owner statement (P1). */
-static void owner_params(struct pg_lane *l, struct params *p, char token[8])
+/* v as n bytes, big-endian (the binary format of int4 and int8), at out. */
+static const char *big_endian(char *out, uint64_t v, int n)
 {
-    uint64_t t = (uint64_t)l->b->token;
-    for (int i = 0; i < 8; i++)
-        token[i] = (char)(t >> (56 - 8 * i));
-    scalar(p, l->b->node, (int)strlen(l->b->node));
-    scalar(p, token, 8);
+    for (int i = 0; i < n; i++)
+        out[i] = (char)(v >> (8 * (n - 1 - i)));
+    return out;
 }
 
-/* Fill the parameters of statement st. Return: 0, or -ENOMEM. */
-static int build(struct pg_lane *l, int st, struct params *p, char token[8])
+/* The owner and token parameters of an owner statement (P1). */
+static void owner_params(struct pg_lane *l, struct params *p, char scratch[20])
+{
+    scalar(p, l->b->node, (int)strlen(l->b->node));
+    scalar(p, big_endian(scratch, (uint64_t)l->b->token, 8), 8);
+}
+
+/* Fill the parameters of statement st, some of them in scratch. Return: 0, 1 if there is no
+ * statement to send, or -ENOMEM. */
+static int build(struct pg_lane *l, int st, struct params *p, char scratch[20])
 {
     memset(p, 0, sizeof *p);
     switch (st) {
+    case ST_MARK:
+        scalar(p, big_endian(scratch, (uint64_t)l->b->token, 8), 8);
+        scalar(p, big_endian(scratch + 8, (uint64_t)l->index, 4), 4);
+        scalar(p, l->b->node, (int)strlen(l->b->node));
+        scalar(p, big_endian(scratch + 12, l->mark, 8), 8);
+        break;
     case ST_PUT:
         keys_array(l, p, PG_OP_PUT);
         I64_ARRAY(l, p, PG_OP_PUT, due);
@@ -156,7 +169,7 @@ static int build(struct pg_lane *l, int st, struct params *p, char token[8])
         I64_ARRAY(l, p, PG_OP_RETRY, part);
         I32_ARRAY(l, p, PG_OP_RETRY, attempt);
         payloads_array(l, p, PG_OP_RETRY);
-        owner_params(l, p, token);
+        owner_params(l, p, scratch);
         break;
     case ST_CANCEL:
         keys_array(l, p, PG_OP_CANCEL);
@@ -167,7 +180,7 @@ static int build(struct pg_lane *l, int st, struct params *p, char token[8])
         I64_ARRAY(l, p, PG_OP_ACK, version);
         I32_ARRAY(l, p, PG_OP_ACK, shard);
         I64_ARRAY(l, p, PG_OP_ACK, epoch);
-        owner_params(l, p, token);
+        owner_params(l, p, scratch);
         break;
     case ST_BURY:
         keys_array(l, p, PG_OP_BURY);
@@ -177,7 +190,7 @@ static int build(struct pg_lane *l, int st, struct params *p, char token[8])
         I64_ARRAY(l, p, PG_OP_BURY, due);
         I32_ARRAY(l, p, PG_OP_BURY, attempt);
         payloads_array(l, p, PG_OP_BURY);
-        owner_params(l, p, token);
+        owner_params(l, p, scratch);
         break;
     case ST_REQUEUE:
         keys_array(l, p, PG_OP_REQUEUE);
@@ -193,7 +206,7 @@ static int build(struct pg_lane *l, int st, struct params *p, char token[8])
         I32_ARRAY(l, p, PG_OP_UNFIRE, attempt);
         I32_ARRAY(l, p, PG_OP_UNFIRE, shard);
         I64_ARRAY(l, p, PG_OP_UNFIRE, epoch);
-        owner_params(l, p, token);
+        owner_params(l, p, scratch);
         break;
     case ST_NOTIFY: { /* "shard:hexkey" for the puts and requeues that notify */
         struct pg_array *a = array(l, p, PG_OID_TEXT);
@@ -239,10 +252,11 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
 {
     struct pg_conn *pc = &l->conn;
     int sent[ST_COUNT], nsent = 0, waited = 0;
-    char token[8];
+    char scratch[20];
     struct params p;
+    l->mark++; /* this try's: resolve looks for it */
     for (int st = 0; st < ST_COUNT; st++) {
-        if (st != ST_NOTIFY && !l->kind_n[stmts[st].kind])
+        if (stmts[st].kind >= 0 && !l->kind_n[stmts[st].kind])
             continue;
         sent[nsent++] = st;
     }
@@ -266,7 +280,7 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
              PQpipelineSync(c);
     int nstmt = 0, order[ST_COUNT];
     for (int i = 0; ok && i < nsent; i++) {
-        int b = build(l, sent[i], &p, token);
+        int b = build(l, sent[i], &p, scratch);
         if (b > 0)
             continue; /* nothing to notify */
         if (b < 0) {
@@ -334,23 +348,23 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
     return committed ? PG_OK : PG_RETRY;
 }
 
-/* Whether transaction xid committed, asked on a new connection. Return: 1, 0, or -EIO.
- * Only the server that gave out xid can say: one that restarted since (a crash, a failover) may
- * have given the same id to another transaction, if nothing of ours reached its WAL before the
- * crash, and pg_xact_status then reports that one's fate (found in review: a put reported durable
- * that the database never had), or fails "in the future". Ours committed only if its commit
- * record was replayed, which moves the server's next id past it: so an id taken again means ours
- * did not commit, but a "committed" after a restart cannot tell the two apart. Then the batch
- * runs again: a put is recorded again (a newer version of the same timer), an acknowledgement or
- * burial again changes nothing, and a cancel, requeue or drop that had in fact committed just
- * before the crash reports -ENOENT; nothing reported durable is lost. But a put that had committed
- * is applied twice, undoing what another node did to its key in between, a cancel that returned 0
- * included (found in review; design.md, Limits: a marker row per batch would tell). */
+/* Whether the lane's last try (transaction xid) committed, asked on a new connection. Return: 1,
+ * 0, or -EIO. The server that gave out xid says, through pg_xact_status, waiting while the old
+ * session finishes. One that restarted since (a crash, a failover) cannot: it may have given the
+ * same id to another transaction, if nothing of ours reached its WAL before the crash, and would
+ * report that one's fate (found in review: a put reported durable that the database never had).
+ * Its sessions are gone, and with them any transaction in progress, so the lane's mark tells: the
+ * row the try wrote in its own transaction (ST_MARK) is there exactly if it committed. Before the
+ * marks the batch ran again after a restart, and a put that had committed was applied twice,
+ * undoing a cancel another node made of its key in between (found in review; test_pg_restart). */
 static int resolve(struct pg_lane *l, uint64_t xid)
 {
-    char text[24];
+    char text[24], tok[24], lane[12], mark[24];
     snprintf(text, sizeof text, "%" PRIu64, xid);
-    const char *v[] = { text, l->server_start };
+    snprintf(tok, sizeof tok, "%" PRId64, l->b->token);
+    snprintf(lane, sizeof lane, "%d", l->index);
+    snprintf(mark, sizeof mark, "%" PRIu64, l->mark);
+    const char *v[] = { text, l->server_start }, *m[] = { tok, lane, mark };
     for (;;) {
         if (!l->conn.c && chime__pg_reconnect(&l->conn, &l->abandon) != 0)
             return -EIO;
@@ -360,10 +374,13 @@ static int resolve(struct pg_lane *l, uint64_t xid)
         int same = rc == PG_OK && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
         PQclear(r);
         r = NULL;
-        if (rc == PG_OK && !same)
-            return 0; /* restarted since: see above */
-        if (rc == PG_OK)
-            rc = chime__pg_exec(&l->conn, "SELECT pg_xact_status($1::text::xid8)", 1, v, &r);
+        if (rc == PG_OK && same)
+            rc = chime__pg_exec_text(&l->conn, "SELECT pg_xact_status($1::text::xid8)", 1, v, &r);
+        else if (rc == PG_OK)
+            rc = chime__pg_exec_text(&l->conn,
+                                     "SELECT CASE WHEN count(*) > 0 THEN 'committed' ELSE 'aborted'"
+                                     " END FROM chime.marks WHERE token = $1::int8"
+                                     " AND lane = $2::int4 AND batch = $3::int8", 3, m, &r);
         if (rc == PG_LOST) {
             chime__pg_disconnect(&l->conn);
             continue;
@@ -372,7 +389,7 @@ static int resolve(struct pg_lane *l, uint64_t xid)
             return -EIO;
         char status[16] = "";
         if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
-            snprintf(status, sizeof status, "%.*s", PQgetlength(r, 0, 0), PQgetvalue(r, 0, 0));
+            snprintf(status, sizeof status, "%s", PQgetvalue(r, 0, 0));
         PQclear(r);
         if (!strcmp(status, "committed"))
             return 1;

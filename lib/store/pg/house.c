@@ -7,7 +7,9 @@
  *     most (see ahead_until);
  *   - settled partitions are dropped (schema.c, SETTLED PARTITIONS), by one node at a time (an
  *     advisory lock), every RETIRE_EVERY rounds;
- *   - the lease history older than 7 days and the rows of nodes dead for a day are deleted;
+ *   - this node's marks (batch.c, resolve) but each lane's latest are deleted, every round;
+ *   - the lease history older than 7 days, the rows of nodes dead for a day and the marks a day
+ *     old (those of nodes that did not close) are deleted;
  *   - the counts chime_store_stats reports, when someone has asked for them in the last 10 s
  *     (a count reads every pending key: not something to do unasked), at most every 500 ms.
  */
@@ -19,6 +21,7 @@
 #include <time.h>
 
 #include "store/pg/pg.h"
+#include "store/pg/statements.h"
 
 #define HOUSE_NS UINT64_C(2000000000)
 #define RETIRE_EVERY 15  /* rounds: 30 s */
@@ -80,6 +83,15 @@ static int count(struct chime__backend *b)
     return rc;
 }
 
+/* This node's marks but each lane's latest (statements.h, PG_SQL_MARKS_TRIM). */
+static int trim_marks(struct chime__backend *b)
+{
+    char tok[24];
+    snprintf(tok, sizeof tok, "%" PRId64, b->token);
+    const char *v[] = { tok };
+    return chime__pg_exec_text(&b->house_conn, PG_SQL_MARKS_TRIM, 1, v, NULL);
+}
+
 static int house_round(struct chime__backend *b, uint64_t round, uint64_t *ensured)
 {
     uint64_t now = chime__pg_wall(), w = b->schema.partition_ns;
@@ -90,12 +102,15 @@ static int house_round(struct chime__backend *b, uint64_t round, uint64_t *ensur
         if (rc == PG_OK)
             *ensured = to / w;
     }
+    if (rc == PG_OK)
+        rc = trim_marks(b);
     if (rc == PG_OK && round % RETIRE_EVERY == RETIRE_EVERY - 1)
         rc = retire(b);
     if (rc == PG_OK && round % CLEAN_EVERY == CLEAN_EVERY - 1)
         rc = chime__pg_run(&b->house_conn,
                            "DELETE FROM chime.leases WHERE acquired < now() - interval '7 days';"
-                           " DELETE FROM chime.nodes WHERE expires < now() - interval '1 day'",
+                           " DELETE FROM chime.nodes WHERE expires < now() - interval '1 day';"
+                           " DELETE FROM chime.marks WHERE at < now() - interval '1 day'",
                            NULL);
     return rc;
 }

@@ -512,22 +512,31 @@ void chime__pg_lease_stop(struct chime__backend *b)
     b->lease_started = 0;
 }
 
+/* At close (backend.c), with every other thread stopped: one statement releases every shard the
+ * database says is this node's (those whose lease it stopped believing too: nothing of it runs any
+ * more), deletes its row, and its lanes' marks (batch.c, resolve). A connection found broken at
+ * once (cut while idle: a server restart, a failover) is replaced once, so that the others take
+ * the shards now rather than after lease_ns; one that went silent is not, so that close waits
+ * for a stuck server once (chime__pg_silence_ns), not twice. */
 void chime__pg_lease_release_all(struct chime__backend *b)
 {
-    int32_t *list = malloc(b->schema.shards * sizeof *list);
-    size_t n = 0;
-    for (unsigned s = 0; list && s < b->schema.shards; s++)
-        if (atomic_load_explicit(&b->shards[s].epoch, memory_order_relaxed))
-            list[n++] = (int32_t)s;
-    if (!b->lease_conn.c)
-        chime__pg_connect(&b->lease_conn);
-    if (list && n)
-        release(b, list, n);
+    static const char sql[] =
+            "WITH s AS (UPDATE chime.shards SET owner = NULL, token = NULL, expires = now()"
+            " WHERE owner = $1 AND token = $2::int8),"
+            " m AS (DELETE FROM chime.marks WHERE token = $2::int8)"
+            " DELETE FROM chime.nodes WHERE node = $1 AND token = $2::int8";
     char tok[24], lease[24];
     const char *v[3];
     params3(b, tok, lease, v);
-    chime__pg_exec_text(
-            &b->lease_conn, "DELETE FROM chime.nodes WHERE node = $1 AND token = $2::int8", 2, v,
-            NULL);
-    free(list);
+    for (int tries = 0; tries < 2; tries++) {
+        uint64_t began = chime__pg_mono();
+        if (!b->lease_conn.c && chime__pg_connect(&b->lease_conn) != PG_OK)
+            break;
+        int rc = chime__pg_exec_text(&b->lease_conn, sql, 2, v, NULL);
+        if (rc != PG_LOST || chime__pg_mono() - began >= UINT64_C(1000000000))
+            break;
+        chime__pg_disconnect(&b->lease_conn);
+    }
+    for (unsigned s = 0; s < b->schema.shards; s++)
+        forget(&b->shards[s]);
 }

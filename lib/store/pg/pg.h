@@ -59,9 +59,12 @@
  *   P5 A cancel is never undone: it ends the key's current version (end_epoch = 0) in a committed
  *      transaction; a later write of that key is a newer put (a larger version). Nothing else ever
  *      clears end_epoch, and a version ends at most once.
- *   P6 Nothing is reported committed that is not: a lane knows its transaction's id before it sends
- *      COMMIT, and when the connection is lost after sending it, asks pg_xact_status on a new one
- *      (waiting while it is in progress). An aborted batch is sent again; its callers wait on.
+ *   P6 Nothing is reported committed that is not, and no batch commits twice: a lane knows its
+ *      transaction's id before it sends COMMIT, and when the connection is lost after sending it,
+ *      asks pg_xact_status on a new one (waiting while it is in progress); if the server restarted
+ *      meanwhile, which may have given the id out again, it reads its mark instead, a row of
+ *      chime.marks each batch writes in its own transaction. An aborted batch is sent again; its
+ *      callers wait on. (batch.c, resolve)
  *   P7 A timer due before `loaded` reaches its owner: through the owner's load if it was committed
  *      before the load's snapshot; otherwise through a post-commit arm (its own puts), a
  *      notification (others' puts due soon), or the owner's poll, which reads every row committed
@@ -88,7 +91,7 @@
 #define PG_LANES 1           /* write lanes (connections) per node (design.md, Writes) */
 #define PG_BATCH 2000        /* operations per lane transaction at most */
 #define PG_BATCH_BYTES ((size_t)1 << 20) /* keys and payloads per lane transaction (lanes.c) */
-#define PG_SCHEMA_VERSION 2
+#define PG_SCHEMA_VERSION 3
 #define PG_MIN_LEASE_NS UINT64_C(200000000)
 #define PG_DEFAULT_LEASE_NS UINT64_C(10000000000)
 #define PG_LOCK_PARTITIONS 0x63686d70 /* the advisory lock of partition creation ("chmp") */

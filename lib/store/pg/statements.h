@@ -25,6 +25,7 @@
  * checked again on the row it locks). So a key's versions grow in the order its writes take
  * effect. */
 #define PG_VERSION_ROWS 4096
+
 #define PG_STR_(x) #x
 #define PG_STR(x) PG_STR_(x)
 #define PG_VERSION_BASE "(SELECT nextval('chime.versions') * " PG_STR(PG_VERSION_ROWS) " AS base)"
@@ -176,5 +177,19 @@
 
 /* Notifications to owners of puts due soon: $1 payloads ("shard:hexkey"). */
 #define PG_SQL_NOTIFY "SELECT count(pg_notify('chime', x)) FROM unnest($1::text[]) x"
+
+/* A try's mark (pg.h, P6): $1 the node's token, $2 the lane, $3 the node, $4 the try's number in
+ * the lane, inserted in the try's own transaction. A new row each time, never one row updated: a
+ * try whose connection stalled in the middle of its pipeline leaves a session that holds its
+ * locks until the server finds the client gone, which may be never (a stuck peer), and every
+ * later try would wait for the row it locked (found in test_pg_cuts, whose relay stops reading a
+ * batch at a Bind). The housekeeper deletes the marks older than each lane's latest (house.c). */
+#define PG_SQL_MARK "INSERT INTO chime.marks (token, lane, node, batch) VALUES ($1, $2, $3, $4)"
+
+/* The housekeeper's: this node's marks ($1 its token) but the latest of each lane. The mark a lane
+ * may be about to read is its latest committed: it reads one only before its next try. */
+#define PG_SQL_MARKS_TRIM                                                                          \
+    "DELETE FROM chime.marks m WHERE m.token = $1::int8 AND m.batch < (SELECT max(x.batch)"        \
+    " FROM chime.marks x WHERE x.token = m.token AND x.lane = m.lane)"
 
 #endif /* CHIME_STORE_PG_STATEMENTS_H */

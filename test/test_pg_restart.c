@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A server restart between a lane's COMMIT and its reply (lib/store/pg/batch.c, resolve; pg.h,
+ * P6). After a restart the transaction's id says nothing (the server may have given it out again),
+ * so the lane reads its own mark, a row its batch wrote in the same transaction: present, the
+ * batch committed; absent, it did not, and runs again. Found in review: before the marks, a lane
+ * ran the batch again after any restart, and a put that had committed was applied twice, undoing
+ * a cancel another node had made of the key in between (reported 0), so that the timer fired.
+ * The node talks to the real server through test/pg_proxy.h; one throwaway cluster for the file
+ * (test/pg_util.h), one database per test.
+ */
+#include "pg_test.h"
+
+#include "pg_proxy.h"
+#include "store/pg/pg.h" /* chime__pg_silence_ns */
+
+static struct pg_cluster cluster;
+static struct pg_proxy proxy;
+static char direct[600], relayed[600];
+static struct recorder rec;
+
+static void fresh(void)
+{
+    char name[32];
+    pg_fresh_db(&cluster, "restart", 8, PG_WIDTH_S, direct, sizeof direct, name);
+    CHECK_EQ(pg_proxy_start(&proxy, cluster.port), 0);
+    pg_proxy_conninfo(&proxy, name, relayed, sizeof relayed);
+    recorder_free(&rec);
+    recorder_init(&rec, NULL);
+}
+
+static chime_store *open_node(const char *conninfo, const char *node)
+{
+    chime_store *s = NULL;
+    int rc = pg_open_node(&s, conninfo, node, &rec, 10 * SEC, 0);
+    CHECK(rc == 0, "open %s: %s", node, chime_strerror(rc));
+    return s;
+}
+
+struct call {
+    chime_store *s;
+    const char *key;
+    int cancel; /* else a put due in an hour */
+    int rc;
+};
+
+static void *run_call(void *arg)
+{
+    struct call *k = arg;
+    k->rc = k->cancel ? chime_store_cancel(k->s, k->key, strlen(k->key))
+                      : chime_store_put(k->s, k->key, strlen(k->key), "x", 1,
+                                        wall_ns() + 3600 * SEC);
+    return NULL;
+}
+
+/* Start the call in a thread; once the server has committed its batch (the relay withholds the
+ * reply), hold a's connections and restart the server. The caller releases the hold and joins. */
+static void commit_then_restart(struct call *k, pthread_t *t)
+{
+    pg_proxy_stall_commit(&proxy, k->cancel ? "chime_cancel" : "chime_put", 1);
+    CHECK_EQ(pthread_create(t, NULL, run_call, k), 0);
+    while (pg_proxy_stalls(&proxy) < 1)
+        sleep_ms(1); /* a poll on the relay: it offers nothing to wait on */
+    pg_proxy_hold(&proxy, 1); /* before the lane gives up its connection (1 s of silence) */
+    CHECK_EQ(pg_cluster_restart(&cluster), 0);
+}
+
+static long long pending_rows(PGconn *c, const char *key)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM chime.pending WHERE key = '%s'", key);
+    return pg_value(c, sql);
+}
+
+/* Close both (b may be NULL); what a node held goes with it, also after a restart cut its
+ * connections: its shards, its row, its lanes' marks. */
+static void close_both(PGconn *c, chime_store *a, chime_store *b)
+{
+    if (b)
+        CHECK_EQ(chime_store_close(b), 0);
+    CHECK_EQ(chime_store_close(a), 0);
+    CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.shards WHERE owner IS NOT NULL"), 0);
+    CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.nodes"), 0);
+    CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.marks"), 0);
+}
+
+/*
+ * Node "a" puts order-1 through the relay, which passes the COMMIT to the server and withholds the
+ * reply (the server has committed). While a's new connections get no answer, the server restarts
+ * and node "b" cancels order-1 (0: it was pending). Then a's lane learns what became of its batch.
+ * Run again, the put would make order-1 pending a second time, and it would fire after a cancel
+ * that returned 0; it must stay cancelled, with one row of timers (applied once).
+ */
+static void test_a_put_committed_before_a_restart_is_not_applied_again(void)
+{
+    fresh();
+    uint64_t silence = chime__pg_silence_ns;
+    chime__pg_silence_ns = 1 * SEC; /* the lane gives the stalled connection up after 1 s */
+    chime_store *a = open_node(relayed, "a");
+    struct call put = { a, "order-1", 0, 1 };
+    pthread_t t;
+    commit_then_restart(&put, &t);
+    PGconn *c = pg_connect_or_die(direct);
+    CHECK_EQ(pending_rows(c, "order-1"), 1);
+    chime_store *b = open_node(direct, "b");
+    CHECK_EQ(chime_store_cancel(b, "order-1", 7), 0);
+    pg_proxy_hold(&proxy, 0);
+    pthread_join(t, NULL);
+    CHECK_EQ(put.rc, 0);
+    long long pending = pending_rows(c, "order-1");
+    long long rows = pg_value(c, "SELECT count(*) FROM chime.timers WHERE key = 'order-1'");
+    CHECK(pending == 0 && rows == 1,
+          "after a cancel that returned 0: %lld pending, %lld rows (the put ran twice)", pending,
+          rows);
+    CHECK_EQ(chime_store_cancel(a, "order-1", 7), -ENOENT);
+    close_both(c, a, b);
+    PQfinish(c);
+    chime__pg_silence_ns = silence;
+    pg_proxy_stop(&proxy);
+}
+
+/*
+ * The same for a cancel: it committed, and its reply was lost across a restart. Run again, it
+ * would find nothing pending and report -ENOENT, "it had fired or never existed", for the timer
+ * it has just cancelled; it must report 0.
+ */
+static void test_a_cancel_committed_before_a_restart_reports_it(void)
+{
+    fresh();
+    uint64_t silence = chime__pg_silence_ns;
+    chime__pg_silence_ns = 1 * SEC;
+    chime_store *a = open_node(relayed, "a");
+    CHECK_EQ(chime_store_put(a, "order-2", 7, "x", 1, wall_ns() + 3600 * SEC), 0);
+    struct call cancel = { a, "order-2", 1, 1 };
+    pthread_t t;
+    commit_then_restart(&cancel, &t);
+    PGconn *c = pg_connect_or_die(direct);
+    CHECK_EQ(pending_rows(c, "order-2"), 0);
+    pg_proxy_hold(&proxy, 0);
+    pthread_join(t, NULL);
+    CHECK(cancel.rc == 0, "a cancel that took effect returned %s", chime_strerror(cancel.rc));
+    CHECK_EQ(pending_rows(c, "order-2"), 0);
+    close_both(c, a, NULL);
+    PQfinish(c);
+    chime__pg_silence_ns = silence;
+    pg_proxy_stop(&proxy);
+}
+
+/*
+ * Marks do not pile up: every try of a batch inserts one, and the node's housekeeper deletes all
+ * but each lane's latest (lib/store/pg/house.c, every 2 s). Forty puts, each its own batch, make
+ * forty (numbered from 1); then the count comes down to one per lane (a poll: the housekeeper
+ * offers nothing to wait on; without the deletion it never does, and the watchdog fails the
+ * test). The latest stays, the one a lane may have to read.
+ */
+static void test_marks_are_trimmed_to_each_lanes_latest(void)
+{
+    fresh();
+    chime_store *a = open_node(direct, "a");
+    PGconn *c = pg_connect_or_die(direct);
+    pg_put_far(a, "k", 40, "x", 1);
+    long long max = pg_value(c, "SELECT max(batch) FROM chime.marks");
+    CHECK(max >= 40, "40 puts, each its own batch, and the latest mark is of batch %lld", max);
+    while (pg_value(c, "SELECT count(*) FROM chime.marks") > PG_LANES)
+        sleep_ms(50);
+    CHECK(pg_value(c, "SELECT min(batch) FROM chime.marks") >= max, "the latest mark was deleted");
+    close_both(c, a, NULL);
+    PQfinish(c);
+    pg_proxy_stop(&proxy);
+}
+
+int main(void)
+{
+    static const struct tap_test tests[] = {
+        { "a_put_committed_before_a_restart_is_not_applied_again",
+          test_a_put_committed_before_a_restart_is_not_applied_again },
+        { "a_cancel_committed_before_a_restart_reports_it",
+          test_a_cancel_committed_before_a_restart_reports_it },
+        { "marks_are_trimmed_to_each_lanes_latest", test_marks_are_trimmed_to_each_lanes_latest },
+    };
+    int rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
+    recorder_free(&rec);
+    return rc;
+}
