@@ -156,11 +156,13 @@ struct chime_fire {
                                paused past its lease. 0 for a dead letter */
 };
 
-/* What a handler returns: 0 = done (acknowledged; removed for good). > 0 = fire again after that many
- * ns, counted from when the handler returned (a retry; attempt + 1). CHIME_STORE_DEAD (or any other
- * negative value) = give up now: the timer goes to the dead letters. If the key was put (or
- * requeued) again while the handler ran, the newer timer wins whatever the handler returns: it
- * stays pending, and neither a retry nor a dead letter is made of the firing that ran. */
+/* What a handler returns: 0 = done (acknowledged; removed for good). > 0 = fire again after that
+ * many ns, counted from when the handler returned (a retry; attempt + 1; with PostgreSQL, whose due
+ * times are bigint, a retry due in the year 2262 or later is kept but never fires, as a put due
+ * UINT64_MAX). CHIME_STORE_DEAD (or any other negative value) = give up now: the timer goes to the
+ * dead letters. If the key was put (or requeued) again while the handler ran, the newer timer wins
+ * whatever the handler returns: it stays pending, and neither a retry nor a dead letter is made of
+ * the firing that ran. */
 #define CHIME_STORE_DEAD ((int64_t)-1)
 
 /*
