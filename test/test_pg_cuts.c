@@ -51,9 +51,10 @@ static long long pending_rows(PGconn *c, const char *key)
 
 /*
  * The server committed the batch, and the connection died before its reply came. The lane cannot
- * tell a commit from a rollback; it must ask the server (pg_xact_status) rather than run the batch
- * again, which would apply it twice: a second run of the cancel finds nothing pending and would
- * tell the caller -ENOENT, "it had fired or never existed", for the timer it has just cancelled.
+ * tell a commit from a rollback; it must ask the server (its mark: batch.c, resolve) rather than
+ * run the batch again, which would apply it twice: a second run of the cancel finds nothing
+ * pending and would tell the caller -ENOENT, "it had fired or never existed", for the timer it has
+ * just cancelled.
  */
 static void test_a_commit_whose_reply_is_lost_is_reported_as_it_was_applied(void)
 {
@@ -263,8 +264,8 @@ static void test_random_cuts_lose_nothing_a_call_reported_sync_interval(void)
  * reached its WAL. After the restart the transaction's id may be given out again, and
  * pg_xact_status then reports another transaction's fate: here, one of the test's own, which
  * commit. Found in review: the lane took that for its own commit and reported the put durable,
- * with nothing of it in the database. A lane now asks only the server that gave out the id
- * (pg_postmaster_start_time), and runs the batch again after a restart.
+ * with nothing of it in the database. A lane now asks its batch's mark, which the restart shows
+ * absent (batch.c, resolve), and runs the batch again.
  */
 struct put_arg {
     chime_store *s;

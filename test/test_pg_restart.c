@@ -147,6 +147,79 @@ static void test_a_cancel_committed_before_a_restart_reports_it(void)
 }
 
 /*
+ * One backend's crash: the server ends every session and recovers, but the postmaster stays, and
+ * with it pg_postmaster_start_time(). Found in review: the lane, seeing the same start time, asked
+ * pg_xact_status about its transaction's id, which the recovered server had given out again (the
+ * try's WAL never reached the disk), and took another transaction's commit for its own: the put
+ * returned 0 and the database did not have it. Here the relay stops reading at the put's Bind
+ * (8 kB of payload), after the try's mark; COMMIT waits in the sockets, so the lane counts it sent.
+ * The test kills the lane's backend, lets other transactions take ids and commit, then releases the
+ * relay: the put must be in the database once. (Whether the id was given out again depends on
+ * whether the WAL writer flushed the mark's record before the kill; the test prints it.)
+ */
+static void *put_big(void *arg)
+{
+    static char payload[8000];
+    struct call *k = arg;
+    memset(payload, 'p', sizeof payload);
+    k->rc = chime_store_put(k->s, k->key, strlen(k->key), payload, sizeof payload,
+                            wall_ns() + 3600 * SEC);
+    return NULL;
+}
+
+static void test_a_put_cut_by_a_backend_crash_is_run_again(void)
+{
+    fresh();
+    uint64_t silence = chime__pg_silence_ns;
+    chime__pg_silence_ns = 1 * SEC;
+    chime_store *a = open_node(relayed, "a");
+    PGconn *c = pg_connect_or_die(direct);
+    pg_proxy_stall_bind(&proxy, 4000, 1);
+    struct call put = { a, "order-3", 0, 1 };
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, put_big, &put), 0);
+    long long pid = 0, xid = 0;
+    while (!pid) { /* a poll on the server: the lane's session, in its transaction */
+        PGresult *r = PQexec(c, "SELECT pid, backend_xid::text::int8 FROM pg_stat_activity"
+                                " WHERE application_name = 'chime a lane'"
+                                " AND backend_xid IS NOT NULL");
+        CHECK(PQresultStatus(r) == PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
+        if (PQntuples(r) == 1 && pg_proxy_stalls(&proxy) == 1) {
+            pid = atoll(PQgetvalue(r, 0, 0));
+            xid = atoll(PQgetvalue(r, 0, 1));
+        }
+        PQclear(r);
+        if (!pid)
+            sleep_ms(1);
+    }
+    pg_proxy_hold(&proxy, 1); /* before the lane gives up its connection (1 s of silence) */
+    PQfinish(c);
+    CHECK_EQ(kill((pid_t)pid, SIGKILL), 0); /* a backend of this test's own cluster */
+    for (c = NULL; !c;) { /* a poll: the server ends every session, recovers, and accepts again */
+        sleep_ms(50);
+        c = PQconnectdb(direct);
+        if (PQstatus(c) != CONNECTION_OK) {
+            PQfinish(c);
+            c = NULL;
+        }
+    }
+    long long next = pg_value(c, "SELECT pg_current_xact_id()::text::bigint");
+    printf("# the lane's transaction id %lld; the first given out after the crash %lld\n", xid,
+           next);
+    while (next < xid + 50) /* other sessions' transactions take ids, and commit */
+        next = pg_value(c, "SELECT pg_current_xact_id()::text::bigint");
+    pg_proxy_hold(&proxy, 0);
+    pthread_join(t, NULL);
+    long long rows = pending_rows(c, "order-3");
+    CHECK(put.rc == 0 && rows == 1, "put returned %s; the database holds %lld pending rows of it",
+          chime_strerror(put.rc), rows);
+    close_both(c, a, NULL);
+    PQfinish(c);
+    chime__pg_silence_ns = silence;
+    pg_proxy_stop(&proxy);
+}
+
+/*
  * Marks do not pile up: every try of a batch inserts one, and the node's housekeeper deletes all
  * but each lane's latest (lib/store/pg/house.c, every 2 s). Forty puts, each its own batch, make
  * forty (numbered from 1); then the count comes down to one per lane (a poll: the housekeeper
@@ -176,6 +249,8 @@ int main(void)
           test_a_put_committed_before_a_restart_is_not_applied_again },
         { "a_cancel_committed_before_a_restart_reports_it",
           test_a_cancel_committed_before_a_restart_reports_it },
+        { "a_put_cut_by_a_backend_crash_is_run_again",
+          test_a_put_cut_by_a_backend_crash_is_run_again },
         { "marks_are_trimmed_to_each_lanes_latest", test_marks_are_trimmed_to_each_lanes_latest },
     };
     int rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));

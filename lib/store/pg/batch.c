@@ -275,8 +275,8 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
     if (!PQenterPipelineMode(c) || PQsetnonblocking(c, 1))
         return PG_LOST;
     int ok = PQsendQueryParams(c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) &&
-             PQsendQueryParams(c, "SELECT pg_current_xact_id()::text,"
-                               " pg_postmaster_start_time()::text", 0, NULL, NULL, NULL, NULL, 0) &&
+             PQsendQueryParams(c, "SELECT pg_current_xact_id()::text", 0, NULL, NULL, NULL, NULL,
+                               0) &&
              PQpipelineSync(c);
     int nstmt = 0, order[ST_COUNT];
     for (int i = 0; ok && i < nsent; i++) {
@@ -299,10 +299,8 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
         rc = chime__pg_pipeline_result(pc, &x);
     if (rc == PG_OK)
         rc = chime__pg_pipeline_sync(pc);
-    if (rc == PG_OK) {
+    if (rc == PG_OK)
         *xid = strtoull(PQgetvalue(x, 0, 0), NULL, 10);
-        snprintf(l->server_start, sizeof l->server_start, "%s", PQgetvalue(x, 0, 1));
-    }
     PQclear(x); /* also when the sync after it was lost */
     if (rc != PG_OK)
         return PG_LOST; /* BEGIN cannot fail otherwise: nothing committed */
@@ -311,8 +309,8 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
         if (pass == (waited ? 1 : 0)) { /* the results first if a caller waits for them */
             /* Before sending, not after: a COMMIT cut off mid-send may still have reached the
              * server and taken effect (in the extended protocol it does at Execute, before Sync).
-             * Marked sent, a lost connection is resolved by the transaction's status (committed or
-             * aborted) instead of being retried blindly, which would apply the batch twice. */
+             * Marked sent, a lost connection is resolved by the try's mark (resolve) instead of
+             * being retried blindly, which would apply the batch twice. */
             *commit_sent = failed == PG_OK;
             ok = PQsendQueryParams(c, failed == PG_OK ? "COMMIT" : "ROLLBACK", 0, NULL, NULL, NULL,
                                    NULL, 0) &&
@@ -348,54 +346,44 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
     return committed ? PG_OK : PG_RETRY;
 }
 
-/* Whether the lane's last try (transaction xid) committed, asked on a new connection. Return: 1,
- * 0, or -EIO. The server that gave out xid says, through pg_xact_status, waiting while the old
- * session finishes. One that restarted since (a crash, a failover) cannot: it may have given the
- * same id to another transaction, if nothing of ours reached its WAL before the crash, and would
- * report that one's fate (found in review: a put reported durable that the database never had).
- * Its sessions are gone, and with them any transaction in progress, so the lane's mark tells: the
- * row the try wrote in its own transaction (ST_MARK) is there exactly if it committed. Before the
- * marks the batch ran again after a restart, and a put that had committed was applied twice,
- * undoing a cancel another node made of its key in between (found in review; test_pg_restart). */
-static int resolve(struct pg_lane *l, uint64_t xid)
+/* Whether the lane's last try committed, asked on a new connection. Return: 1, 0, or -EIO.
+ * The try's mark (ST_MARK) is the fence: insert it now, unless it is there. Present and committed,
+ * the try committed (0 rows). Inserted by a try still in progress, the insert waits for that try
+ * to end, and then tells the same way. Absent, it is inserted here (1 row): the try did not commit,
+ * and never will, since its own insert of the mark would now fail on the key. That holds on the
+ * same server, after a restart or a crash recovery, and after a failover alike. The transaction id
+ * does not: a server that recovered from a crash (a restart, or one backend's crash, after which
+ * the postmaster and its start time stay) may give the id out again, if nothing of ours reached its
+ * WAL, and pg_xact_status then reports another transaction's fate (found in review twice: a put
+ * reported durable that the database never had, the second time with the start time unchanged;
+ * test_pg_cuts, test_pg_restart). Before the marks the batch ran again after a restart, and a put
+ * that had committed was applied twice, undoing a cancel another node made of its key in between
+ * (found in review; test_pg_restart). */
+static int resolve(struct pg_lane *l)
 {
-    char text[24], tok[24], lane[12], mark[24];
-    snprintf(text, sizeof text, "%" PRIu64, xid);
+    char tok[24], lane[12], mark[24];
     snprintf(tok, sizeof tok, "%" PRId64, l->b->token);
     snprintf(lane, sizeof lane, "%d", l->index);
     snprintf(mark, sizeof mark, "%" PRIu64, l->mark);
-    const char *v[] = { text, l->server_start }, *m[] = { tok, lane, mark };
+    const char *v[] = { tok, lane, l->b->node, mark };
     for (;;) {
         if (!l->conn.c && chime__pg_reconnect(&l->conn, &l->abandon) != 0)
             return -EIO;
         PGresult *r = NULL;
         int rc = chime__pg_exec_text(&l->conn,
-                                     "SELECT pg_postmaster_start_time()::text = $1", 1, v + 1, &r);
-        int same = rc == PG_OK && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
+                                     "INSERT INTO chime.marks (token, lane, node, batch)"
+                                     " VALUES ($1::int8, $2::int4, $3, $4::int8)"
+                                     " ON CONFLICT DO NOTHING RETURNING 1", 4, v, &r);
+        int inserted = rc == PG_OK && PQntuples(r) == 1;
         PQclear(r);
-        r = NULL;
-        if (rc == PG_OK && same)
-            rc = chime__pg_exec_text(&l->conn, "SELECT pg_xact_status($1::text::xid8)", 1, v, &r);
-        else if (rc == PG_OK)
-            rc = chime__pg_exec_text(&l->conn,
-                                     "SELECT CASE WHEN count(*) > 0 THEN 'committed' ELSE 'aborted'"
-                                     " END FROM chime.marks WHERE token = $1::int8"
-                                     " AND lane = $2::int4 AND batch = $3::int8", 3, m, &r);
-        if (rc == PG_LOST) {
+        if (rc == PG_OK)
+            return !inserted;
+        if (rc == PG_LOST)
             chime__pg_disconnect(&l->conn);
-            continue;
-        }
-        if (rc != PG_OK)
+        else if (rc == PG_RETRY)
+            pause_ms(10); /* a lock or statement timeout: the try is still in progress */
+        else
             return -EIO;
-        char status[16] = "";
-        if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
-            snprintf(status, sizeof status, "%s", PQgetvalue(r, 0, 0));
-        PQclear(r);
-        if (!strcmp(status, "committed"))
-            return 1;
-        if (!strcmp(status, "aborted"))
-            return 0;
-        pause_ms(10); /* in progress: the old session is still finishing */
     }
 }
 
@@ -512,7 +500,7 @@ int chime__pg_lane_run(struct pg_lane *l, struct pg_op **batch, size_t n)
         int rc = attempt(l, &xid, &commit_sent, res);
         if (rc == PG_LOST && commit_sent) {
             chime__pg_disconnect(&l->conn);
-            int committed = resolve(l, xid);
+            int committed = resolve(l);
             if (committed < 0) {
                 rc = PG_FATAL;
             } else if (committed) {

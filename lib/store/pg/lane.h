@@ -44,8 +44,7 @@ struct pg_lane {
     pthread_t thread;
     int started;
     struct pg_conn conn;           /* the lane thread's alone */
-    char server_start[64];         /* pg_postmaster_start_time() when the last batch began (P6) */
-    uint64_t mark;                 /* the number of the lane's last try of a batch (its mark) */
+    uint64_t mark;                 /* the number of the lane's last try of a batch (P6) */
     pthread_mutex_t lock;          /* the queue and the counters below */
     pthread_cond_t work;           /* the lane thread waits here for operations */
     struct pg_op *head, *tail;

@@ -21,17 +21,17 @@
  * the shortest lease, 0.2 MB/s with the default one (test_pg_link). Small operations fill
  * PG_BATCH first (2000 puts of 500 bytes), so the bound costs them nothing.
  *
- * THE PIPELINE of one batch, and what a lost connection means at each point (P6):
- *     BEGIN; SELECT pg_current_xact_id(); Sync         -> the transaction's id, before anything else
- *     the statements; Sync                             -> their results
+ * THE PIPELINE of one try of a batch, and what a lost connection means at each point (P6):
+ *     BEGIN; SELECT pg_current_xact_id(); Sync         -> the transaction's id (for the poll, P7)
+ *     the try's mark, the statements; Sync             -> their results
  *     COMMIT; Sync                                     (sent once the id is known; and once the
  *                                                       results are, if a caller waits for them)
  *   - lost before COMMIT was sent: nothing committed (the server rolls back a transaction whose
- *     client is gone); the batch runs again on a new connection;
- *   - lost after: pg_xact_status(id) on a new connection says committed or aborted (it waits while
- *     "in progress": the old session may still be finishing). Committed: done; the results of puts
- *     may be lost with the connection, so the loader polls at once (P7) instead of the lane arming
- *     them. Aborted: runs again.
+ *     client is gone); the batch runs again on a new connection, as a new try;
+ *   - lost after: the try's mark, inserted on a new connection unless it is there (batch.c,
+ *     resolve), says committed or not (the insert waits while the old session is finishing).
+ *     Committed: done; the results of puts may be lost with the connection, so the loader polls at
+ *     once (P7) instead of the lane arming them. Not: runs again, as a new try.
  * An operation whose caller waits for a result (a cancel, a retry, a requeue, a dead-letter drop)
  * makes the lane read the results before it sends COMMIT, so they are never lost with it.
  *

@@ -59,12 +59,12 @@
  *   P5 A cancel is never undone: it ends the key's current version (end_epoch = 0) in a committed
  *      transaction; a later write of that key is a newer put (a larger version). Nothing else ever
  *      clears end_epoch, and a version ends at most once.
- *   P6 Nothing is reported committed that is not, and no batch commits twice: a lane knows its
- *      transaction's id before it sends COMMIT, and when the connection is lost after sending it,
- *      asks pg_xact_status on a new one (waiting while it is in progress); if the server restarted
- *      meanwhile, which may have given the id out again, it reads its mark instead, a row of
- *      chime.marks each batch writes in its own transaction. An aborted batch is sent again; its
- *      callers wait on. (batch.c, resolve)
+ *   P6 Nothing is reported committed that is not, and no batch commits twice: each try of a batch
+ *      inserts its mark, a row of chime.marks (token, lane, try), in its own transaction; when the
+ *      connection is lost after COMMIT was sent, the lane inserts the same mark on a new one unless
+ *      it is there: there (committed), the try committed; inserted, it did not, and cannot any
+ *      more. A try that did not commit is sent again as a new try; its callers wait on.
+ *      (batch.c, resolve)
  *   P7 A timer due before `loaded` reaches its owner: through the owner's load if it was committed
  *      before the load's snapshot; otherwise through a post-commit arm (its own puts), a
  *      notification (others' puts due soon), or the owner's poll, which reads every row committed

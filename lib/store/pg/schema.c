@@ -22,9 +22,10 @@
  *            so puts rarely land in a partition that has ended; a skewed clock or a slow commit
  *            can still put one there, which the settling below allows for. Insert-only.
  *   dead     one row per key with a dead letter: shard, due, attempt, payload, died, seq (order)
- *   marks    one row per committed batch of a write lane: (token, lane, batch), node, at; read
- *            after a server restart (pg.h, P6; batch.c). The node's housekeeper keeps each lane's
- *            latest; close deletes the node's, any housekeeper those a day old (version 2 had none)
+ *   marks    one row per try of a write lane's batch, committed with it: (token, lane, batch),
+ *            node, at; a lane that lost a COMMIT's reply inserts the try's unless it is there
+ *            (pg.h, P6; batch.c, resolve). The node's housekeeper keeps each lane's latest; close
+ *            deletes the node's, any housekeeper those a day old (version 2 had none)
  *
  * SETTLED PARTITIONS. A partition whose range ended at least one partition width ago and none of
  * whose rows is a pending version (keys.end_epoch IS NULL with that version) is settled: the
@@ -87,8 +88,7 @@ static const char *const create_sql[] = {
     "CREATE TABLE chime.marks (token bigint NOT NULL, lane int NOT NULL, batch bigint NOT NULL,"
     " node text NOT NULL, at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (token, lane, batch))",
     "COMMENT ON TABLE chime.marks IS 'one row per committed write of a node process (token): "
-    "after a server restart it tells whether a write whose reply was lost committed; older ones "
-    "are deleted'",
+    "it tells whether a write whose reply was lost committed; older ones are deleted'",
     "CREATE VIEW chime.pending AS SELECT k.key, k.shard, to_timestamp(t.due / 1e9) AS due,"
     " t.due AS due_ns, k.attempt, k.fire_epoch <> 0 AS firing, k.version,"
     " length(t.payload) AS payload_bytes FROM chime.keys k JOIN chime.timers t"
