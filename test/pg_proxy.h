@@ -13,7 +13,8 @@
  *   pg_proxy_conninfo     a connection string through the relay (SSL and GSS encryption off: the
  *                         relay reads the messages, which must therefore be in the clear)
  *   pg_proxy_cut_commit   cut the next n connections whose transaction ran the prepared statement
- *                         `statement`, at its COMMIT: the server has committed, and its reply
+ *                         `statement` (or, given as "sql:TEXT", a statement whose text holds TEXT,
+ *                         prepared or not), at its COMMIT: the server has committed, and its reply
  *                         "COMMIT" is dropped with the connection. The client cannot tell a commit
  *                         from a rollback, and must ask the server afterwards.
  *   pg_proxy_stall_commit the same point of the next n such transactions (or, for a statement run
@@ -228,6 +229,16 @@ static inline void *pg_proxy_up(void *arg)
         }
         if (pg_proxy_read_body(c->cfd, &m, typed))
             break;
+        if (typed && m.b[0] == 'P' && m.len > 6) { /* Parse: name, then the statement's text */
+            const char *name = (const char *)m.b + 5, *text = name + strnlen(name, m.len - 5) + 1;
+            size_t rest = (size_t)((const char *)m.b + m.len - text);
+            pthread_mutex_lock(&p->lock);
+            int hit = text < (const char *)m.b + m.len && !strncmp(p->target, "sql:", 4) &&
+                      memmem(text, rest, p->target + 4, strlen(p->target + 4));
+            pthread_mutex_unlock(&p->lock);
+            if (hit)
+                atomic_store(&c->in_target, 1);
+        }
         if (typed && m.b[0] == 'B' && m.len > 6) {
             const char *portal = (const char *)m.b + 5;
             size_t plen = strnlen(portal, m.len - 5);

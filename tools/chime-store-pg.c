@@ -3,7 +3,7 @@
  * chime-store --postgres CONNINFO COMMAND: the PostgreSQL backend's schema and what it holds.
  *
  *   init [--shards N] [--partition-seconds S]
- *            create the schema `chime` (version 3): N shards (default 256, fixed for good), timers
+ *            create the schema `chime` (version 4): N shards (default 256, fixed for good), timers
  *            partitioned by due time in partitions of S seconds (default 3600). Exit 0 if it is
  *            created, or already there with the same shards; 1 otherwise.
  *   status   the nodes (alive or not, shards held), each owner's shards and epochs, the leases

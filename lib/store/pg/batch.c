@@ -347,18 +347,20 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
 }
 
 /* Whether the lane's last try committed, asked on a new connection. Return: 1, 0, or -EIO.
- * The try's mark (ST_MARK) is the fence: insert it now, unless it is there. Present and committed,
- * the try committed (0 rows). Inserted by a try still in progress, the insert waits for that try
- * to end, and then tells the same way. Absent, it is inserted here (1 row): the try did not commit,
- * and never will, since its own insert of the mark would now fail on the key. That holds on the
- * same server, after a restart or a crash recovery, and after a failover alike. The transaction id
- * does not: a server that recovered from a crash (a restart, or one backend's crash, after which
- * the postmaster and its start time stay) may give the id out again, if nothing of ours reached its
- * WAL, and pg_xact_status then reports another transaction's fate (found in review twice: a put
- * reported durable that the database never had, the second time with the start time unchanged;
- * test_pg_cuts, test_pg_restart). Before the marks the batch ran again after a restart, and a put
- * that had committed was applied twice, undoing a cancel another node made of its key in between
- * (found in review; test_pg_restart). */
+ * The try's mark (ST_MARK) is the answer, and a fence (PG_SQL_FENCE: pg.h, P6): the ask inserts it
+ * unless it is there. The try's own mark there, the try committed. Absent, it is inserted as a
+ * fence: the try did not commit, and never will, since its own insert of the mark would now fail
+ * on the key; asked again (this ask's reply lost), the fence answers the same (found in review: a
+ * plain insert then found its own row, and read it as the try's). Inserted by a try still in
+ * progress, the ask waits for that try to end. That holds on the same server, after a restart or
+ * a crash recovery, and after a failover alike. The transaction id does not: a server that
+ * recovered from a crash (a restart, or one backend's crash, after which the postmaster and its
+ * start time stay) may give the id out again, if nothing of ours reached its WAL, and
+ * pg_xact_status then reports another transaction's fate (found in review twice: a put reported
+ * durable that the database never had, the second time with the start time unchanged). Before the
+ * marks the batch ran again after a restart, and a put that had committed was applied twice,
+ * undoing a cancel another node made of its key in between (found in review). test_pg_cuts and
+ * test_pg_restart have each case. */
 static int resolve(struct pg_lane *l)
 {
     char tok[24], lane[12], mark[24];
@@ -370,14 +372,11 @@ static int resolve(struct pg_lane *l)
         if (!l->conn.c && chime__pg_reconnect(&l->conn, &l->abandon) != 0)
             return -EIO;
         PGresult *r = NULL;
-        int rc = chime__pg_exec_text(&l->conn,
-                                     "INSERT INTO chime.marks (token, lane, node, batch)"
-                                     " VALUES ($1::int8, $2::int4, $3, $4::int8)"
-                                     " ON CONFLICT DO NOTHING RETURNING 1", 4, v, &r);
-        int inserted = rc == PG_OK && PQntuples(r) == 1;
+        int rc = chime__pg_exec_text(&l->conn, PG_SQL_FENCE, 4, v, &r);
+        int fence = rc == PG_OK && PQntuples(r) == 1 ? PQgetvalue(r, 0, 0)[0] == 't' : -1;
         PQclear(r);
-        if (rc == PG_OK)
-            return !inserted;
+        if (rc == PG_OK && fence >= 0)
+            return !fence;
         if (rc == PG_LOST)
             chime__pg_disconnect(&l->conn);
         else if (rc == PG_RETRY)

@@ -61,10 +61,12 @@
  *      clears end_epoch, and a version ends at most once.
  *   P6 Nothing is reported committed that is not, and no batch commits twice: each try of a batch
  *      inserts its mark, a row of chime.marks (token, lane, try), in its own transaction; when the
- *      connection is lost after COMMIT was sent, the lane inserts the same mark on a new one unless
- *      it is there: there (committed), the try committed; inserted, it did not, and cannot any
- *      more. A try that did not commit is sent again as a new try; its callers wait on.
- *      (batch.c, resolve)
+ *      connection is lost after COMMIT was sent, the lane inserts the same row as a fence on a new
+ *      one unless it is there: the try's own mark there (committed), the try committed; a fence
+ *      there (inserted now, or by an earlier ask whose reply was lost), it did not, and cannot any
+ *      more, since its own insert would fail on the key. Fences are kept a day (longer than any
+ *      session of a try can wait to run its insert), try marks only until a later one commits. A
+ *      try that did not commit is sent again as a new try; its callers wait on. (batch.c, resolve)
  *   P7 A timer due before `loaded` reaches its owner: through the owner's load if it was committed
  *      before the load's snapshot; otherwise through a post-commit arm (its own puts), a
  *      notification (others' puts due soon), or the owner's poll, which reads every row committed
@@ -91,7 +93,7 @@
 #define PG_LANES 1           /* write lanes (connections) per node (design.md, Writes) */
 #define PG_BATCH 2000        /* operations per lane transaction at most */
 #define PG_BATCH_BYTES ((size_t)1 << 20) /* keys and payloads per lane transaction (lanes.c) */
-#define PG_SCHEMA_VERSION 3
+#define PG_SCHEMA_VERSION 4
 #define PG_MIN_LEASE_NS UINT64_C(200000000)
 #define PG_DEFAULT_LEASE_NS UINT64_C(10000000000)
 #define PG_LOCK_PARTITIONS 0x63686d70 /* the advisory lock of partition creation ("chmp") */

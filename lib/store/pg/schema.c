@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The schema `chime` (version 3), created by `chime-store --postgres CONNINFO init` and checked by
+ * The schema `chime` (version 4), created by `chime-store --postgres CONNINFO init` and checked by
  * every open; and the partitions of chime.timers, created ahead of time and dropped once settled.
  *
  * TABLES (docs/design.md, "The schema", says what each column is for; COMMENT ON says it in psql)
@@ -23,9 +23,10 @@
  *            can still put one there, which the settling below allows for. Insert-only.
  *   dead     one row per key with a dead letter: shard, due, attempt, payload, died, seq (order)
  *   marks    one row per try of a write lane's batch, committed with it: (token, lane, batch),
- *            node, at; a lane that lost a COMMIT's reply inserts the try's unless it is there
- *            (pg.h, P6; batch.c, resolve). The node's housekeeper keeps each lane's latest; close
- *            deletes the node's, any housekeeper those a day old (version 2 had none)
+ *            node, at, fence (false); a lane that lost a COMMIT's reply inserts the try's as a
+ *            fence (true) unless it is there (pg.h, P6; batch.c, resolve). The node's housekeeper
+ *            deletes its try marks but each lane's latest, close the rest; any housekeeper deletes
+ *            what is a day old, fences included (version 2 had no marks, version 3 no fences)
  *
  * SETTLED PARTITIONS. A partition whose range ended at least one partition width ago and none of
  * whose rows is a pending version (keys.end_epoch IS NULL with that version) is settled: the
@@ -86,9 +87,11 @@ static const char *const create_sql[] = {
     "COMMENT ON TABLE chime.dead IS 'dead letters: timers whose handler gave up or ran out of "
     "attempts'",
     "CREATE TABLE chime.marks (token bigint NOT NULL, lane int NOT NULL, batch bigint NOT NULL,"
-    " node text NOT NULL, at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (token, lane, batch))",
-    "COMMENT ON TABLE chime.marks IS 'one row per committed write of a node process (token): "
-    "it tells whether a write whose reply was lost committed; older ones are deleted'",
+    " node text NOT NULL, at timestamptz NOT NULL DEFAULT now(), fence boolean NOT NULL DEFAULT"
+    " false, PRIMARY KEY (token, lane, batch))",
+    "COMMENT ON TABLE chime.marks IS 'one row per committed write of a node process (token), or "
+    "per fence: whether a write whose reply was lost committed (fence false) or never will (fence "
+    "true); older ones are deleted'",
     "CREATE VIEW chime.pending AS SELECT k.key, k.shard, to_timestamp(t.due / 1e9) AS due,"
     " t.due AS due_ns, k.attempt, k.fire_epoch <> 0 AS firing, k.version,"
     " length(t.payload) AS payload_bytes FROM chime.keys k JOIN chime.timers t"

@@ -186,10 +186,23 @@
  * batch at a Bind). The housekeeper deletes the marks older than each lane's latest (house.c). */
 #define PG_SQL_MARK "INSERT INTO chime.marks (token, lane, node, batch) VALUES ($1, $2, $3, $4)"
 
-/* The housekeeper's: this node's marks ($1 its token) but the latest of each lane. The mark a lane
- * may be about to read is its latest committed: it reads one only before its next try. */
+/* The ask of a lane that lost a try's COMMIT reply (batch.c, resolve): the try's mark as a fence,
+ * unless the key is there. Returns the row's fence: false, the try's own mark (it committed); true,
+ * a fence (this ask's, or an earlier one's whose reply was lost: asking again answers the same).
+ * A try still in progress that inserted its mark makes it wait for the try's end. $1 token, $2
+ * lane, $3 node, $4 the try's number. */
+#define PG_SQL_FENCE                                                                               \
+    "INSERT INTO chime.marks AS m (token, lane, node, batch, fence)"                               \
+    " VALUES ($1::int8, $2::int4, $3, $4::int8, true)"                                             \
+    " ON CONFLICT (token, lane, batch) DO UPDATE SET fence = m.fence RETURNING m.fence"
+
+/* The housekeeper's: this node's try marks ($1 its token) but the latest of each lane. The mark a
+ * lane may be about to ask about is its latest: it asks only before its next try. Fences stay: the
+ * session of the try a fence shuts out may still be waiting to run its insert (a connection held
+ * in the network; bounded by idle_in_transaction_session_timeout, lease / 2), and without the
+ * fence it would commit (found in review). The daily clean-up takes them. */
 #define PG_SQL_MARKS_TRIM                                                                          \
-    "DELETE FROM chime.marks m WHERE m.token = $1::int8 AND m.batch < (SELECT max(x.batch)"        \
-    " FROM chime.marks x WHERE x.token = m.token AND x.lane = m.lane)"
+    "DELETE FROM chime.marks m WHERE m.token = $1::int8 AND NOT m.fence AND m.batch <"             \
+    " (SELECT max(x.batch) FROM chime.marks x WHERE x.token = m.token AND x.lane = m.lane)"
 
 #endif /* CHIME_STORE_PG_STATEMENTS_H */
