@@ -325,13 +325,11 @@ CHIME_API int chime_store_dead_list(chime_store *s, chime_dead_fn *fn, void *ctx
  *         as requeued, loaded by the next poll, and a second requeue finds no dead letter);
  *         -EBADMSG if the journal does not hold the dead letter its index names, or the store has
  *         failed with it.
- * Complexity: the journal first reads the dead letter (a flush of its log into a run and a scan of
- * its runs' dead letters, outside the key's lock, so other keys do not wait for it), then as
- * chime_store_put; PostgreSQL: one statement. That read makes requeueing many one by one slow with
- * the journal (2 to 5 ms each with 10^3 to 5*10^4 dead letters on a small VM, growing with them):
- * to requeue many, chime_store_put each with the payload chime_store_dead_list's callback shows it,
- * then chime_store_dead_drop it: a put and a drop each (5*10^4 in 0.1 s there, SYNC_INTERVAL),
- * but not atomic (a crash between leaves the timer pending and its dead letter too).
+ * Complexity: the journal first reads the dead letter, outside the key's lock so that other keys
+ * do not wait for it: from its runs' indexes, at most 64 KiB of each run (about six), or, if it
+ * is still in the log (buried since the last flush), after a flush of the log into a run; then as
+ * chime_store_put. About 12 to 27 us each with 10^3 to 5*10^4 dead letters on a small VM
+ * (SYNC_INTERVAL). PostgreSQL: one statement.
  * Thread safety: as chime_store_put.
  */
 CHIME_API int chime_store_dead_requeue(chime_store *s, const void *key, size_t key_len,

@@ -178,6 +178,86 @@ static void runs_read_back_by_due_range_and_merge_into_one(void)
     free(dir);
 }
 
+/* chime__run_find_dead's callback: keep the payload of what it found. */
+static int found_dead(void *ctx, const struct chime__rec *r)
+{
+    char *out = ctx;
+    snprintf(out, 64, "%.*s", (int)r->payload_len, (const char *)r->payload);
+    return 1;
+}
+
+/* Look version v up in run r: 1 found (payload in out), 0 not. */
+static int find(struct chime__run *r, uint64_t v, char out[64])
+{
+    out[0] = '\0';
+    int got = chime__run_find_dead(r, v, found_dead, out);
+    CHECK(got == 0 || got == 1, "version %llu: %d", (unsigned long long)v, got);
+    return got;
+}
+
+/* A dead letter is read by its version through the run's index of dead letters (a requeue's read,
+ * journal_reads.c), in the run as written and reopened: every DEAD found with its payload, from
+ * the first index entry to the last; nothing for a version the run holds no DEAD of (one it
+ * holds only a KILL of, one between, one past the end); pending timers of the same versions are
+ * not dead letters. */
+static void a_dead_letter_is_found_by_its_version(void)
+{
+    char *dir = tmpdir_make("finddead");
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    CHECK(fd >= 0, "dir");
+    enum { N = 20000 };
+    static struct chime__rec recs[2 * N + 8];
+    static char payloads[N][40];
+    size_t n = 0;
+    for (uint64_t v = 1; v <= 2 * N; v++) {
+        if (v % 2 == 0) { /* a dead letter, with a payload naming it */
+            snprintf(payloads[v / 2 - 1], sizeof payloads[0], "dead letter %llu",
+                     (unsigned long long)v);
+            recs[n] = rec(CHIME__DEAD, v, 0, 1);
+            recs[n].payload = payloads[v / 2 - 1];
+            recs[n++].payload_len = (uint32_t)strlen(payloads[v / 2 - 1]);
+        } else if (v % 6 == 3) { /* the KILL of an older run's dead letter */
+            recs[n] = rec(CHIME__KILL, v, 0, 0);
+            recs[n++].flags = CHIME__KILL_DEAD;
+        } else if (v % 6 == 1) { /* a pending timer */
+            recs[n++] = rec(CHIME__PUT, v, 1000 + v, 0);
+        }
+    }
+    static struct chime__rec *order[2 * N + 8];
+    for (size_t i = 0; i < n; i++)
+        order[i] = &recs[i];
+    chime__rec_sort(order, n);
+    struct chime__run_writer w;
+    struct chime__run *written, *again;
+    CHECK_EQ(chime__run_begin(&w, fd, 1, 1, 2 * N + 1), 0);
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ(chime__run_add(&w, order[i]), 0);
+    CHECK_EQ(chime__run_commit(&w, &written), 0);
+    char name[CHIME__NAME_MAX];
+    chime__run_name(name, 1, 1);
+    uint64_t bad;
+    CHECK_EQ(chime__run_open(fd, name, &again, &bad, NULL, NULL), 0);
+    CHECK(written->ndmarks > 4, "the dead letters have %zu index entries", written->ndmarks);
+    CHECK_EQ(again->ndmarks, written->ndmarks);
+    struct chime__run *both[] = { written, again };
+    char got[64], want[64];
+    for (int k = 0; k < 2; k++) {
+        for (uint64_t v = 0; v <= 2 * N + 2; v++) {
+            int is_dead = v && v <= 2 * N && v % 2 == 0;
+            CHECK(find(both[k], v, got) == is_dead, "run %d, version %llu: found %d, want %d", k,
+                  (unsigned long long)v, !is_dead, is_dead);
+            snprintf(want, sizeof want, "dead letter %llu", (unsigned long long)v);
+            CHECK(!is_dead || !strcmp(got, want), "version %llu: payload %s", (unsigned long long)v,
+                  got);
+        }
+    }
+    chime__run_unref(written);
+    chime__run_unref(again);
+    close(fd);
+    tmpdir_remove(dir);
+    free(dir);
+}
+
 static int by_address(const void *a, const void *b)
 {
     uintptr_t x = (uintptr_t)*(struct chime__rec *const *)a;
@@ -246,6 +326,7 @@ static const struct tap_test tests[] = {
       a_version_whose_put_and_kill_meet_leaves_nothing_and_fires_fold_in },
     { "runs_read_back_by_due_range_and_merge_into_one", runs_read_back_by_due_range_and_merge_into_one },
     { "the_sort_puts_records_in_run_order", the_sort_puts_records_in_run_order },
+    { "a_dead_letter_is_found_by_its_version", a_dead_letter_is_found_by_its_version },
 };
 
 int main(void)

@@ -100,9 +100,8 @@ static void unlock_key(struct chime__backend *j, const struct chime__ikey *k)
         chime__journal_ask_index_flush(j);
 }
 
-/* Look k up in table t. Return: 1 found, 0 not, or an error (the journal has failed). */
-static int lookup(struct chime__backend *j, enum chime__index_table t, const struct chime__ikey *k,
-                  uint64_t *version, uint64_t *due)
+int chime__journal_lookup(struct chime__backend *j, enum chime__index_table t,
+                          const struct chime__ikey *k, uint64_t *version, uint64_t *due)
 {
     int found = chime__index_get(j->ix, t, k, version, due);
     return found < 0 ? index_failed(j, found) : found;
@@ -259,139 +258,6 @@ static int j_bury(struct chime__backend *j, const struct chime__timer *t)
     }
     unlock_key(j, &k);
     return err; /* D3: not waited for */
-}
-
-/* The live records a load or listing hands over, as timers. */
-struct handover {
-    chime__timer_fn *fn;
-    void *ctx;
-    uint64_t version; /* find_dead: the one wanted */
-    unsigned char *payload;
-    size_t payload_len;
-    uint32_t attempt;
-    uint64_t due;
-};
-
-static int hand_over(void *ctx, const struct chime__rec *r)
-{
-    struct handover *h = ctx;
-    struct chime__timer t = { .key = r->key, .key_len = r->key_len, .payload = r->payload,
-                              .payload_len = r->payload_len, .due_ns = r->due,
-                              .attempt = r->attempt, .ref = { r->version, 0 } };
-    return h->fn(h->ctx, &t);
-}
-
-/* Merge, collapsed to live records, the pending timers due in [from, until) of every run, or
- * (dead) the dead letters, into emit. */
-static int read_runs(struct chime__backend *j, int dead, uint64_t from, uint64_t until,
-                     chime__emit_fn *emit, void *ctx)
-{
-    struct chime__run **runs;
-    size_t n;
-    int err = chime__journal_runs(j, &runs, &n);
-    if (err)
-        return err;
-    struct chime__run_source *srcs = calloc(n ? n : 1, sizeof *srcs);
-    struct chime__source **ptrs = calloc(n ? n : 1, sizeof *ptrs);
-    size_t opened = 0;
-    err = srcs && ptrs ? 0 : -ENOMEM;
-    for (; !err && opened < n; opened++) {
-        err = dead ? chime__run_source_dead(&srcs[opened], runs[opened])
-                   : chime__run_source_pending(&srcs[opened], runs[opened], from, until);
-        ptrs[opened] = &srcs[opened].base;
-    }
-    if (err && opened)
-        opened--;
-    if (!err) {
-        struct chime__collapse c;
-        chime__collapse_init(&c, CHIME__KEEP_LIVE, 1, emit, ctx);
-        err = chime__merge(ptrs, n, &c);
-        chime__collapse_free(&c);
-    }
-    for (size_t i = 0; i < opened; i++)
-        chime__run_source_free(&srcs[i]);
-    free(srcs);
-    free(ptrs);
-    chime__journal_runs_release(runs, n);
-    return err;
-}
-
-static int j_load(struct chime__backend *j, uint64_t from, uint64_t until, chime__timer_fn *fn,
-                  void *ctx)
-{
-    int err = chime__journal_flush_all(j); /* every record appended so far is in a run now */
-    if (err)
-        return err;
-    struct handover h = { .fn = fn, .ctx = ctx };
-    return read_runs(j, 0, from, until, hand_over, &h);
-}
-
-static int j_dead_list(struct chime__backend *j, chime__timer_fn *fn, void *ctx)
-{
-    int err = chime__journal_flush_all(j);
-    if (err)
-        return err;
-    struct handover h = { .fn = fn, .ctx = ctx };
-    return read_runs(j, 1, 0, 0, hand_over, &h);
-}
-
-/* Keep a copy of the dead letter whose version h->version is. */
-static int find_dead(void *ctx, const struct chime__rec *r)
-{
-    struct handover *h = ctx;
-    if (r->version != h->version)
-        return 0;
-    h->payload = malloc(r->payload_len);
-    if (!h->payload)
-        return -ENOMEM;
-    memcpy(h->payload, r->payload, r->payload_len);
-    h->payload_len = r->payload_len;
-    h->attempt = r->attempt;
-    return 1; /* found: stop */
-}
-
-/* The key's dead letter version in the index (0: none), or an error. */
-static int dead_version(struct chime__backend *j, const struct chime__ikey *k, uint64_t *dead)
-{
-    uint64_t unused;
-    *dead = 0;
-    chime__index_lock(j->ix, k);
-    int err = chime__journal_error(j);
-    int had = err ? 0 : lookup(j, CHIME__IX_DEAD, k, dead, &unused);
-    chime__index_unlock(j->ix, k);
-    return err ? err : had < 0 ? had : 0;
-}
-
-/* The key's dead letter, read outside every lock of the logic (backend.h, dead_read): its version
- * from the index, its payload from the runs after a flush of the log (which once held up a whole
- * stripe of keys: found in review). The key's calls go on meanwhile, and a drop or requeue then a
- * merge can take it out of the runs: a scan that misses it reads the key's dead letter of now if
- * the index changed; only a version it still names that no run holds is damage. */
-static int j_dead_read(struct chime__backend *j, const void *key, size_t key_len,
-                       struct chime__dead *out)
-{
-    struct chime__ikey k;
-    chime__index_key(j->ix, key, key_len, &k);
-    *out = (struct chime__dead){ 0, NULL, 0 };
-    uint64_t dead = 0, now = 0;
-    int err = dead_version(j, &k, &dead);
-    while (!err && dead) {
-        struct handover h = { .version = dead };
-        err = chime__journal_flush_all(j);
-        if (!err)
-            err = read_runs(j, 1, 0, 0, find_dead, &h);
-        if (err == 1) {
-            *out = (struct chime__dead){ dead, h.payload, h.payload_len };
-            return 0;
-        }
-        free(h.payload);
-        if (!err && !(err = dead_version(j, &k, &now))) {
-            if (now == dead)
-                return -EBADMSG; /* the index names a dead letter no run holds */
-            dead = now;
-        }
-    }
-    return err;
 }
 
 static int j_dead_requeue(struct chime__backend *j, const void *key, size_t key_len,
@@ -584,9 +450,9 @@ const struct chime__backend_ops chime__journal_ops = {
     .fire = j_fire,
     .ack = j_ack,
     .bury = j_bury,
-    .load = j_load,
-    .dead_list = j_dead_list,
-    .dead_read = j_dead_read,
+    .load = chime__journal_load,
+    .dead_list = chime__journal_dead_list,
+    .dead_read = chime__journal_dead_read,
     .dead_requeue = j_dead_requeue,
     .dead_drop = j_dead_drop,
     .sync = j_sync,

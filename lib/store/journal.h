@@ -120,6 +120,17 @@ int chime__journal_error(struct chime__backend *j);
 /* Record a sticky error (and tell the sink, once). */
 void chime__journal_fail(struct chime__backend *j, int err);
 
+/* Look k up in table t. Return: 1 found, 0 not, or an error (the journal has failed). */
+int chime__journal_lookup(struct chime__backend *j, enum chime__index_table t,
+                          const struct chime__ikey *k, uint64_t *version, uint64_t *due);
+
+/* journal_reads.c: the backend operations load, dead_list and dead_read (backend.h). */
+int chime__journal_load(struct chime__backend *j, uint64_t from, uint64_t until,
+                        chime__timer_fn *fn, void *ctx);
+int chime__journal_dead_list(struct chime__backend *j, chime__timer_fn *fn, void *ctx);
+int chime__journal_dead_read(struct chime__backend *j, const void *key, size_t key_len,
+                             struct chime__dead *out);
+
 /* A snapshot of the run list, each run referenced (J4). Return: 0; -ENOMEM. */
 int chime__journal_runs(struct chime__backend *j, struct chime__run ***out, size_t *n);
 void chime__journal_runs_release(struct chime__run **runs, size_t n);

@@ -27,6 +27,7 @@ void chime__run_unref(struct chime__run *r)
     if (r->fd >= 0)
         chime__io_close(r->fd);
     free(r->marks);
+    free(r->dmarks);
     free(r);
 }
 
@@ -43,24 +44,25 @@ static struct chime__run *run_new(uint64_t lo, uint64_t hi, uint64_t next_versio
     return r;
 }
 
-/* Note the record at `off` in the run's counts and index. */
+/* Note the record at `off` in the run's counts and in the index of its section: the first record
+ * of each section, then one at least MARK_EVERY bytes after the last noted. */
 static int account(struct chime__run *r, const struct chime__rec *rec, uint64_t off,
                    uint64_t *last_mark)
 {
     r->records++;
     r->puts += rec->type == CHIME__PUT;
     r->deads += rec->type == CHIME__DEAD;
-    if (chime__rec_section(rec)) {
-        if (r->dead_off == 0)
-            r->dead_off = off;
+    int dead = chime__rec_section(rec);
+    if (dead && r->dead_off == 0)
+        r->dead_off = off;
+    struct chime__mark **m = dead ? &r->dmarks : &r->marks;
+    size_t *n = dead ? &r->ndmarks : &r->nmarks, *cap = dead ? &r->cdmarks : &r->cmarks;
+    if (*n && off - *last_mark < MARK_EVERY)
         return 0;
-    }
-    if (r->nmarks && off - *last_mark < MARK_EVERY)
-        return 0;
-    int err = chime__grow((void **)&r->marks, &r->cmarks, r->nmarks, sizeof *r->marks);
+    int err = chime__grow((void **)m, cap, *n, sizeof **m);
     if (err)
         return err;
-    r->marks[r->nmarks++] = (struct chime__mark){ rec->due, off };
+    (*m)[(*n)++] = (struct chime__mark){ dead ? rec->version : rec->due, off };
     *last_mark = off;
     return 0;
 }
@@ -252,6 +254,21 @@ int chime__run_open(int dir, const char *name, struct chime__run **out, uint64_t
     return 0;
 }
 
+/* The offset of the last of the n index entries m (sorted) whose key is below `key`, or `first` if
+ * none is. */
+static uint64_t start_below(const struct chime__mark *m, size_t n, uint64_t key, uint64_t first)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m[mid].due < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo ? m[lo - 1].off : first;
+}
+
 static int source_next(struct chime__source *src, struct chime__rec *out)
 {
     struct chime__run_source *s = (struct chime__run_source *)src;
@@ -271,15 +288,7 @@ int chime__run_source_pending(struct chime__run_source *s, struct chime__run *r,
                               uint64_t until)
 {
     /* Start at the last mark due before `from`: every record before it is due earlier still. */
-    size_t lo = 0, hi = r->nmarks;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (r->marks[mid].due < from)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    uint64_t start = lo ? r->marks[lo - 1].off : CHIME__FILE_HEADER;
+    uint64_t start = start_below(r->marks, r->nmarks, from, CHIME__FILE_HEADER);
     *s = (struct chime__run_source){ { source_next, 0 }, .from = from, .until = until, .section = 0 };
     return chime__reader_init(&s->rd, r->fd, start, r->dead_off);
 }
@@ -299,4 +308,26 @@ int chime__run_source_all(struct chime__run_source *s, struct chime__run *r)
 void chime__run_source_free(struct chime__run_source *s)
 {
     chime__reader_free(&s->rd);
+}
+
+int chime__run_find_dead(struct chime__run *r, uint64_t version,
+                         int (*found)(void *ctx, const struct chime__rec *r), void *ctx)
+{
+    /* Start at the last index entry below `version`: every record before it is of a smaller one
+     * (section 1 is sorted by version, and a version's DEAD comes before its KILL). */
+    uint64_t start = start_below(r->dmarks, r->ndmarks, version, r->dead_off);
+    struct chime__reader rd;
+    int err = chime__reader_init(&rd, r->fd, start, r->size);
+    struct chime__rec rec;
+    int got = 0;
+    while (!err && (got = chime__reader_next(&rd, &rec)) == 1 && rec.version <= version) {
+        if (rec.version == version && rec.type == CHIME__DEAD)
+            err = found(ctx, &rec);
+        if (err)
+            break;
+    }
+    if (!err && got < 0)
+        err = got;
+    chime__reader_free(&rd);
+    return err;
 }

@@ -4,7 +4,9 @@
  * run is written under a temporary name, synced, renamed, and its directory synced; from then on it
  * is only read, until a merge replaces it. In memory a run keeps a sparse index of its pending
  * section (the due time and offset of a record every 64 KiB), so that reading the timers due in a
- * range costs one seek per run, and the offset where its dead letters begin.
+ * range costs one seek per run, and the offset where its dead letters begin, with a sparse index of
+ * them too (the version and offset of a record every 64 KiB), so that finding one dead letter by
+ * its version reads at most 64 KiB of each run.
  */
 #ifndef CHIME_STORE_RUN_H
 #define CHIME_STORE_RUN_H
@@ -18,7 +20,7 @@
 #include "store/reader.h"
 
 struct chime__mark {
-    uint64_t due, off;
+    uint64_t due, off;        /* due: the version, in the index of dead letters */
 };
 
 struct chime__run {
@@ -28,8 +30,10 @@ struct chime__run {
     uint64_t size;            /* file size */
     uint64_t dead_off;        /* where section 1 (dead letters) begins; size if it is empty */
     uint64_t records, puts, deads; /* PUT and DEAD records: live unless a later run ends them */
-    struct chime__mark *marks;
+    struct chime__mark *marks;  /* of the pending section, by due time */
     size_t nmarks, cmarks;
+    struct chime__mark *dmarks; /* of the dead letters, by version */
+    size_t ndmarks, cdmarks;
     _Atomic int refs;         /* the journal's list holds one; each reader of it, one more */
 };
 
@@ -84,5 +88,12 @@ int chime__run_source_pending(struct chime__run_source *s, struct chime__run *r,
 int chime__run_source_dead(struct chime__run_source *s, struct chime__run *r);
 int chime__run_source_all(struct chime__run_source *s, struct chime__run *r);
 void chime__run_source_free(struct chime__run_source *s);
+
+/* Find the DEAD record of `version` among r's dead letters (from the last index entry before it)
+ * and call found(ctx, record) with it (its key and payload valid during the call).
+ * Return: found's value if it was found (found must return nonzero); 0 if r holds no DEAD of that
+ * version; -ENOMEM; -EBADMSG or an I/O error if the run could not be read. */
+int chime__run_find_dead(struct chime__run *r, uint64_t version,
+                         int (*found)(void *ctx, const struct chime__rec *r), void *ctx);
 
 #endif /* CHIME_STORE_RUN_H */
