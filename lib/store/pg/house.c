@@ -7,9 +7,10 @@
  *     most (see ahead_until);
  *   - settled partitions are dropped (schema.c, SETTLED PARTITIONS), by one node at a time (an
  *     advisory lock), every RETIRE_EVERY rounds;
- *   - this node's marks (batch.c, resolve) but each lane's latest are deleted, every round;
+ *   - this node's marks of tries (batch.c, resolve) but each lane's latest are deleted, every
+ *     round (fences stay: statements.h, PG_SQL_MARKS_TRIM);
  *   - the lease history older than 7 days, the rows of nodes dead for a day and the marks a day
- *     old (those of nodes that did not close) are deleted;
+ *     old (fences, and the marks of nodes that did not close) are deleted;
  *   - the counts chime_store_stats reports, when someone has asked for them in the last 10 s
  *     (a count reads every pending key: not something to do unasked), at most every 500 ms.
  */
@@ -83,7 +84,7 @@ static int count(struct chime__backend *b)
     return rc;
 }
 
-/* This node's marks but each lane's latest (statements.h, PG_SQL_MARKS_TRIM). */
+/* This node's marks of tries but each lane's latest (statements.h, PG_SQL_MARKS_TRIM). */
 static int trim_marks(struct chime__backend *b)
 {
     char tok[24];

@@ -514,11 +514,11 @@ void chime__pg_lease_stop(struct chime__backend *b)
 
 /* At close (backend.c), with every other thread stopped: one statement releases every shard the
  * database says is this node's (those whose lease it stopped believing too: nothing of it runs any
- * more), deletes its row, and its lanes' try marks (batch.c, resolve; not the fences, kept a day:
- * statements.h, PG_SQL_MARKS_TRIM). A connection found broken at
- * once (cut while idle: a server restart, a failover) is replaced once, so that the others take
- * the shards now rather than after lease_ns; one that went silent is not, so that close waits
- * for a stuck server once (chime__pg_silence_ns), not twice. */
+ * more), deletes its row, and its lanes' marks of tries (batch.c, resolve; not the fences, kept a
+ * day: statements.h, PG_SQL_MARKS_TRIM). A connection found broken at once (cut while idle: a
+ * server restart, a failover) is replaced once, so that the others take the shards now rather
+ * than after lease_ns; one that went silent is not, so that close waits for a stuck server once
+ * (chime__pg_silence_ns), not twice. */
 void chime__pg_lease_release_all(struct chime__backend *b)
 {
     static const char sql[] =
