@@ -326,9 +326,9 @@ CHIME_API int chime_store_dead_list(chime_store *s, chime_dead_fn *fn, void *ctx
  *         -EBADMSG if the journal does not hold the dead letter its index names, or the store has
  *         failed with it.
  * Complexity: the journal first reads the dead letter, outside the key's lock so that other keys
- * do not wait for it: from its runs' indexes, at most 64 KiB of each run (about six), or, if it
+ * do not wait for it: from its runs' indexes, about 64 KiB of each run (about six), or, if it
  * is still in the log (buried since the last flush), after a flush of the log into a run; then as
- * chime_store_put. About 12 to 27 us each with 10^3 to 5*10^4 dead letters on a small VM
+ * chime_store_put. About 10 to 15 us each with 10^3 to 5*10^4 dead letters on a small VM
  * (SYNC_INTERVAL). PostgreSQL: one statement.
  * Thread safety: as chime_store_put.
  */

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A dead-letter requeue beside its key's other calls. The journal reads the dead letter (its
- * payload is in the runs, after a flush of the log) before the requeue locks its key's stripe, so
- * that the flush holds up no other key; the key's own calls go on meanwhile, and the requeue is
- * decided under the lock only if the dead letter is still the one read. A plain TAP program
- * (tap.h).
+ * payload is in the runs, or in the log until a flush puts it in a run) before the requeue locks
+ * its key's stripe, so that the flush holds up no other key; the key's own calls go on meanwhile,
+ * and the requeue is decided under the lock only if the dead letter is still the one read. A plain
+ * TAP program (tap.h).
  */
 #include "store_api.h"
 

@@ -196,8 +196,8 @@ static int find(struct chime__run *r, uint64_t v, char out[64])
 }
 
 /* A dead letter is read by its version through the run's index of dead letters (a requeue's read,
- * journal_reads.c), in the run as written and reopened: every DEAD found with its payload, from
- * the first index entry to the last; nothing for a version the run holds no DEAD of (one it
+ * journal_reads.c), in the run as written and reopened: a DEAD found with its payload, around
+ * every index entry and between them; nothing for a version the run holds no DEAD of (one it
  * holds only a KILL of, one between, one past the end); pending timers of the same versions are
  * not dead letters. */
 static void a_dead_letter_is_found_by_its_version(void)
@@ -239,10 +239,24 @@ static void a_dead_letter_is_found_by_its_version(void)
     CHECK_EQ(chime__run_open(fd, name, &again, &bad, NULL, NULL), 0);
     CHECK(written->ndmarks > 4, "the dead letters have %zu index entries", written->ndmarks);
     CHECK_EQ(again->ndmarks, written->ndmarks);
+    for (size_t m = 0; m < written->ndmarks; m++)
+        CHECK(again->dmarks[m].due == written->dmarks[m].due &&
+                  again->dmarks[m].off == written->dmarks[m].off,
+              "index entry %zu: reopened (%llu at %llu), written (%llu at %llu)", m,
+              (unsigned long long)again->dmarks[m].due, (unsigned long long)again->dmarks[m].off,
+              (unsigned long long)written->dmarks[m].due,
+              (unsigned long long)written->dmarks[m].off);
     struct chime__run *both[] = { written, again };
     char got[64], want[64];
     for (int k = 0; k < 2; k++) {
         for (uint64_t v = 0; v <= 2 * N + 2; v++) {
+            /* Each version from 2 below to 2 above an index entry's, and every 97th: each lookup
+             * reads up to 64 KiB, and all of them took 145 s under ThreadSanitizer. */
+            int near = 0;
+            for (size_t m = 0; m < written->ndmarks && !near; m++)
+                near = v + 2 >= written->dmarks[m].due && v <= written->dmarks[m].due + 2;
+            if (!near && v % 97 && v < 2 * N)
+                continue;
             int is_dead = v && v <= 2 * N && v % 2 == 0;
             CHECK(find(both[k], v, got) == is_dead, "run %d, version %llu: found %d, want %d", k,
                   (unsigned long long)v, !is_dead, is_dead);

@@ -270,10 +270,12 @@ struct chime__backend_ops {
 
     /*
      * Optional (NULL: dead_requeue reads the dead letter itself). Read key's dead letter for a
-     * requeue, before the logic locks the key: a read that may take long (the journal's: a flush
-     * of its log into a run, then a scan of its runs) then holds up no other key of the logic's
-     * stripe. *out receives its version (0: none) and a copy of its payload. The key's calls are
-     * not serialised with this one: dead_requeue checks that its dead letter is still this one.
+     * requeue, before the logic locks the key: a read that may take long (the journal's: a look
+     * in each run's index, and a flush of its log into a run if the dead letter is still there)
+     * then holds up no other key of the logic's stripe. *out receives its version (0: none) and a
+     * copy of its payload. The key's calls are not serialised with this one, and what it returns
+     * may be stale by then (the journal's may even be a dead letter that a newer run, or the log,
+     * has dropped): dead_requeue checks that the key's dead letter is still this one.
      * Return: 0; -EIO, -ENOSPC; -ENOMEM; -EBADMSG (the backend is damaged).
      */
     int (*dead_read)(struct chime__backend *b, const void *key, size_t key_len,

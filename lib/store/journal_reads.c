@@ -128,10 +128,10 @@ static int find_in_runs(struct chime__backend *j, struct handover *h)
 }
 
 /* The key's dead letter, read outside every lock of the logic (backend.h, dead_read): its version
- * from the index, its payload from the runs (each run's index of dead letters by version: at most
+ * from the index, its payload from the runs (each run's index of dead letters by version: about
  * 64 KiB read per run), and only if none holds it, from the runs again after a flush of the log.
  * Flushing first, every requeue paid a run's write and syncs, and read every dead letter: 2.3 to
- * 8.6 ms each with 10^3 to 5*10^4 of them, 12 to 27 us now (the NEWS entry has the probe). The
+ * 8.6 ms each with 10^3 to 5*10^4 of them, 10 to 15 us now (the NEWS entry has the probe). The
  * flush once held up a whole stripe of keys (found in review): it is made with no lock held. The
  * key's calls go on meanwhile, and a drop or requeue then a merge can take it out of the runs: a
  * search after the flush that misses it reads the key's dead letter of now if the index changed;

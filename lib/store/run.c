@@ -254,9 +254,8 @@ int chime__run_open(int dir, const char *name, struct chime__run **out, uint64_t
     return 0;
 }
 
-/* The offset of the last of the n index entries m (sorted) whose key is below `key`, or `first` if
- * none is. */
-static uint64_t start_below(const struct chime__mark *m, size_t n, uint64_t key, uint64_t first)
+/* How many of the n index entries m (sorted by key) have a key below `key`. */
+static size_t count_below(const struct chime__mark *m, size_t n, uint64_t key)
 {
     size_t lo = 0, hi = n;
     while (lo < hi) {
@@ -266,6 +265,13 @@ static uint64_t start_below(const struct chime__mark *m, size_t n, uint64_t key,
         else
             hi = mid;
     }
+    return lo;
+}
+
+/* The offset of the last of the n index entries m whose key is below `key`, or `first` if none. */
+static uint64_t start_below(const struct chime__mark *m, size_t n, uint64_t key, uint64_t first)
+{
+    size_t lo = count_below(m, n, key);
     return lo ? m[lo - 1].off : first;
 }
 
@@ -315,9 +321,12 @@ int chime__run_find_dead(struct chime__run *r, uint64_t version,
 {
     /* Start at the last index entry below `version`: every record before it is of a smaller one
      * (section 1 is sorted by version, and a version's DEAD comes before its KILL). */
-    uint64_t start = start_below(r->dmarks, r->ndmarks, version, r->dead_off);
+    uint64_t start = start_below(r->dmarks, r->ndmarks, version, r->dead_off), end = r->size;
+    size_t above = version < UINT64_MAX ? count_below(r->dmarks, r->ndmarks, version + 1) : 0;
+    if (version < UINT64_MAX && above < r->ndmarks)
+        end = r->dmarks[above].off; /* an entry of a greater version: nothing wanted from there */
     struct chime__reader rd;
-    int err = chime__reader_init(&rd, r->fd, start, r->size);
+    int err = chime__reader_init(&rd, r->fd, start, end);
     struct chime__rec rec;
     int got = 0;
     while (!err && (got = chime__reader_next(&rd, &rec)) == 1 && rec.version <= version) {

@@ -6,7 +6,7 @@
  * section (the due time and offset of a record every 64 KiB), so that reading the timers due in a
  * range costs one seek per run, and the offset where its dead letters begin, with a sparse index of
  * them too (the version and offset of a record every 64 KiB), so that finding one dead letter by
- * its version reads at most 64 KiB of each run.
+ * its version reads one stretch between two entries of each run (64 KiB and one record at most).
  */
 #ifndef CHIME_STORE_RUN_H
 #define CHIME_STORE_RUN_H

@@ -416,8 +416,8 @@ static int requeued(void *ctx, const struct chime__timer *t)
 
 /*
  * The dead letter is read first, with the stripe unlocked (backend.h, dead_read): the journal's
- * read flushes its log and scans its runs, and with the stripe locked every call on the keys that
- * share it waited for that (found in review). The requeue itself is decided with the stripe
+ * read may flush its log into a run, and with the stripe locked every call on the keys that share
+ * it waited for that (found in review). The requeue itself is decided with the stripe
  * locked, as a put is, and only if the key's dead letter is still the one read: if a bury, drop
  * or requeue of the key came in between (-EAGAIN), it is read again. Each retry follows another
  * call that changed the key's dead letter.
