@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A server restart between a lane's COMMIT and its reply (lib/store/pg/batch.c, resolve; pg.h,
- * P6). After a restart the transaction's id says nothing (the server may have given it out again),
- * so the lane reads its own mark, a row its batch wrote in the same transaction: present, the
- * batch committed; absent, it did not, and runs again. Found in review: before the marks, a lane
- * ran the batch again after any restart, and a put that had committed was applied twice, undoing
- * a cancel another node had made of the key in between (reported 0), so that the timer fired.
- * The node talks to the real server through test/pg_proxy.h; one throwaway cluster for the file
+ * A lane's COMMIT whose reply is lost, across a server restart, a backend's crash, or a lost reply
+ * to the lane's own ask (lib/store/pg/batch.c, resolve; pg.h, P6). The transaction's id says
+ * nothing after a crash (the server may give it out again), so the lane asks with the try's mark,
+ * a row the try wrote in its own transaction: it inserts the same row as a fence unless it is
+ * there. The try's mark there, the try committed; a fence, it did not, and runs again. Each test
+ * is a way an earlier resolution was found wrong in review (each one's comment says how). The
+ * node talks to the real server through test/pg_proxy.h; one throwaway cluster for the file
  * (test/pg_util.h), one database per test.
  */
 #include "pg_test.h"

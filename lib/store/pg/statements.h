@@ -25,7 +25,6 @@
  * checked again on the row it locks). So a key's versions grow in the order its writes take
  * effect. */
 #define PG_VERSION_ROWS 4096
-
 #define PG_STR_(x) #x
 #define PG_STR(x) PG_STR_(x)
 #define PG_VERSION_BASE "(SELECT nextval('chime.versions') * " PG_STR(PG_VERSION_ROWS) " AS base)"
