@@ -15,11 +15,6 @@
 struct handover {
     chime__timer_fn *fn;
     void *ctx;
-    uint64_t version; /* find_dead: the one wanted */
-    unsigned char *payload;
-    size_t payload_len;
-    uint32_t attempt;
-    uint64_t due;
 };
 
 static int hand_over(void *ctx, const struct chime__rec *r)
@@ -85,18 +80,16 @@ int chime__journal_dead_list(struct chime__backend *j, chime__timer_fn *fn, void
     return read_runs(j, 1, 0, 0, hand_over, &h);
 }
 
-/* Keep a copy of the dead letter whose version h->version is. */
-static int find_dead(void *ctx, const struct chime__rec *r)
+/* chime__run_find_dead's callback: keep a copy of the dead letter's payload in the chime__dead at
+ * ctx. */
+static int copy_dead(void *ctx, const struct chime__rec *r)
 {
-    struct handover *h = ctx;
-    if (r->version != h->version)
-        return 0;
-    h->payload = malloc(r->payload_len);
-    if (!h->payload)
+    struct chime__dead *d = ctx;
+    d->payload = malloc(r->payload_len);
+    if (!d->payload)
         return -ENOMEM;
-    memcpy(h->payload, r->payload, r->payload_len);
-    h->payload_len = r->payload_len;
-    h->attempt = r->attempt;
+    memcpy(d->payload, r->payload, r->payload_len);
+    d->payload_len = r->payload_len;
     return 1; /* found: stop */
 }
 
@@ -112,9 +105,9 @@ static int dead_version(struct chime__backend *j, const struct chime__ikey *k, u
     return err ? err : had < 0 ? had : 0;
 }
 
-/* Whether a run holds h->version's DEAD record (find_dead keeps a copy). Return: 1, 0, or an
+/* Whether a run holds d->version's DEAD record (its payload copied into d). Return: 1, 0, or an
  * error. */
-static int find_in_runs(struct chime__backend *j, struct handover *h)
+static int find_in_runs(struct chime__backend *j, struct chime__dead *d)
 {
     struct chime__run **runs;
     size_t n;
@@ -122,7 +115,7 @@ static int find_in_runs(struct chime__backend *j, struct handover *h)
     if (err)
         return err;
     for (size_t i = n; !err && i-- > 0;) /* the newest first: a requeue reads a recent burial */
-        err = chime__run_find_dead(runs[i], h->version, find_dead, h);
+        err = chime__run_find_dead(runs[i], d->version, copy_dead, d);
     chime__journal_runs_release(runs, n);
     return err;
 }
@@ -145,13 +138,13 @@ int chime__journal_dead_read(struct chime__backend *j, const void *key, size_t k
     uint64_t dead = 0, now = 0;
     int err = dead_version(j, &k, &dead), flushed = 0;
     while (!err && dead) {
-        struct handover h = { .version = dead };
-        err = find_in_runs(j, &h);
+        struct chime__dead got = { dead, NULL, 0 };
+        err = find_in_runs(j, &got);
         if (err == 1) {
-            *out = (struct chime__dead){ dead, h.payload, h.payload_len };
+            *out = got;
             return 0;
         }
-        free(h.payload);
+        free(got.payload);
         if (!err && !flushed) {
             flushed = 1; /* in the log still: flush it, and look again */
             err = chime__journal_flush_all(j);
