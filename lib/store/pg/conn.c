@@ -81,7 +81,14 @@ uint64_t chime__pg_wall(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t chime__pg_silence_ns = UINT64_C(90000000000);
+_Atomic uint64_t chime__pg_silence_ns = UINT64_C(90000000000);
+
+/* relaxed: a bound read once per wait; a test that changes it while a node runs needs no order
+ * with anything else, a wait in progress keeps the bound it began with */
+static uint64_t silence_ns(void)
+{
+    return atomic_load_explicit(&chime__pg_silence_ns, memory_order_relaxed);
+}
 
 void chime__pg_abandon(struct pg_conn *pc)
 {
@@ -94,13 +101,14 @@ int chime__pg_await(struct pg_conn *pc)
     if (!pc->c)
         return PG_LOST;
     uint64_t heard = chime__pg_mono(); /* when the server last sent something */
+    uint64_t silence = silence_ns();
     while (PQisBusy(pc->c)) {
         uint64_t quiet_ns = chime__pg_mono() - heard;
-        if (quiet_ns >= chime__pg_silence_ns) {
+        if (quiet_ns >= silence) {
             chime__pg_abandon(pc);
             return PG_LOST;
         }
-        uint64_t wait_ms = (chime__pg_silence_ns - quiet_ns) / 1000000u + 1;
+        uint64_t wait_ms = (silence - quiet_ns) / 1000000u + 1;
         struct pollfd pfd = { PQsocket(pc->c), POLLIN, 0 };
         int n = poll(&pfd, 1, wait_ms > 1000 ? 1000 : (int)wait_ms);
         if (n < 0 && errno != EINTR)
@@ -137,13 +145,14 @@ PGresult *chime__pg_result(struct pg_conn *pc, int sent)
 int chime__pg_flush(struct pg_conn *pc)
 {
     uint64_t moved = chime__pg_mono(); /* when bytes last went either way */
+    uint64_t silence = silence_ns();
     for (;;) {
         int f = PQflush(pc->c);
         if (f == 0)
             return PG_OK;
         if (f < 0)
             return PG_LOST;
-        if (chime__pg_mono() - moved >= chime__pg_silence_ns) {
+        if (chime__pg_mono() - moved >= silence) {
             chime__pg_abandon(pc);
             return PG_LOST;
         }
