@@ -39,10 +39,21 @@ static inline void pg_node_config(struct chime_store_config *cfg, const char *co
     cfg->runtime.workers = 2;
 }
 
+/* Open; an open that could not reach the database also prints what libpq says of a connection
+ * made now on the same string (chime's error code alone does not tell a refused connection from a
+ * reply that came too late or a server that ended the session). */
 static inline int pg_open_config(chime_store **s, const struct chime_store_config *cfg,
                                  struct recorder *r)
 {
-    return chime_store_open(s, cfg, recorder_handler, r);
+    int rc = chime_store_open(s, cfg, recorder_handler, r);
+    if (rc == -ECONNREFUSED) {
+        PGconn *c = PQconnectdb(cfg->postgres);
+        const char *msg = PQstatus(c) == CONNECTION_OK ? "connected\n" : PQerrorMessage(c);
+        printf("# open of %s: -ECONNREFUSED; a connection on the same string now: %s",
+               cfg->node ? cfg->node : "(default)", msg);
+        PQfinish(c);
+    }
+    return rc;
 }
 
 /* Open a node on conninfo with pg_node_config's configuration. */
