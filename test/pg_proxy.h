@@ -26,6 +26,8 @@
  *                         (a statement's parameters) of more than `over` bytes, at that Bind's
  *                         head: a server that reads no more, whose kernel still acknowledges, so
  *                         that chime's sends fill the sockets and block
+ *   pg_proxy_keep_server  while on, a connection stalled at a Bind keeps its server end open once
+ *                         chime's end closes: the session stays, waiting for the rest
  *   pg_proxy_rate         carry chime's messages to the server at most at `rate` bytes a second
  *                         (0: as fast as it can), as a slow link would
  *   pg_proxy_hold         hold (1) or release (0) every message from the server on every
@@ -72,6 +74,7 @@ struct pg_proxy {
     pthread_mutex_t lock;     /* everything below */
     pthread_cond_t released;  /* hold became 0, or the relay stops */
     int hold, stopping;
+    int keep_server;          /* pg_proxy_keep_server's */
     char target[64];          /* pg_proxy_cut_commit's statement */
     int commits_to_cut;
     int commits_to_stall;
@@ -225,6 +228,10 @@ static inline void *pg_proxy_up(void *arg)
             struct pollfd pfd = { .fd = c->cfd, .events = POLLRDHUP };
             while (poll(&pfd, 1, -1) < 0 && errno == EINTR)
                 ;
+            pthread_mutex_lock(&p->lock); /* chime's end is gone; the server's may stay open */
+            while (p->keep_server && !p->stopping)
+                pthread_cond_wait(&p->released, &p->lock);
+            pthread_mutex_unlock(&p->lock);
             break;
         }
         if (pg_proxy_read_body(c->cfd, &m, typed))
@@ -400,6 +407,17 @@ static inline void pg_proxy_stall_bind(struct pg_proxy *p, size_t over, int n)
     pthread_mutex_lock(&p->lock);
     p->stall_bind_over = over;
     p->binds_to_stall = n;
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* While on, a connection stalled by pg_proxy_stall_bind keeps its server end open after chime's
+ * end closes: the server never hears of the client again, as behind a middlebox that lost the
+ * flow (or a proxy that keeps its server connections). */
+static inline void pg_proxy_keep_server(struct pg_proxy *p, int on)
+{
+    pthread_mutex_lock(&p->lock);
+    p->keep_server = on;
+    pthread_cond_broadcast(&p->released);
     pthread_mutex_unlock(&p->lock);
 }
 

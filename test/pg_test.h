@@ -116,6 +116,14 @@ static inline long long pg_value(PGconn *c, const char *sql)
     return v;
 }
 
+/* How many rows chime.pending has of key (0 or 1; more would be a key pending twice). */
+static inline long long pg_pending_rows(PGconn *c, const char *key)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM chime.pending WHERE key = '%s'", key);
+    return pg_value(c, sql);
+}
+
 static inline int pg_command(PGconn *c, const char *sql)
 {
     PGresult *r = PQexec(c, sql);

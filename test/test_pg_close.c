@@ -20,13 +20,6 @@ static void fresh(unsigned shards)
     recorder_init(&rec, NULL);
 }
 
-static long long pending_rows(PGconn *c, const char *key)
-{
-    char sql[160];
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM chime.pending WHERE key = '%s'", key);
-    return pg_value(c, sql);
-}
-
 /*
  * With CHIME_SYNC_INTERVAL a put returns once queued; close is what makes it durable ("make
  * everything durable"; an error if it could not: chime_store.h). With the server down, the lane
@@ -50,7 +43,7 @@ static void test_close_with_the_server_down_does_not_report_a_lost_put_as_durabl
     int rc = chime_store_close(s);
     CHECK_EQ(pg_util_start_server(&cluster), 0);
     PGconn *c = pg_connect_or_die(conninfo);
-    long long kept = pending_rows(c, "kept"), lost = pending_rows(c, "lost");
+    long long kept = pg_pending_rows(c, "kept"), lost = pg_pending_rows(c, "lost");
     PQfinish(c);
     printf("# close returned %s; in the database: kept %lld, lost %lld\n", chime_strerror(rc), kept,
            lost);
@@ -117,7 +110,7 @@ static void test_a_takeover_read_during_close_does_not_reach_the_freed_lanes(voi
     /* Only now, b's loader joined: it reads the hook in every read, and takes the shard back as
      * soon as a releases it (TSan saw this store race a takeover read of b's, once in 7 runs). */
     chime__pg_read_hook = NULL;
-    printf("# k: %lld pending, %lld dead\n", pending_rows(c, "k"),
+    printf("# k: %lld pending, %lld dead\n", pg_pending_rows(c, "k"),
            pg_value(c, "SELECT count(*) FROM chime.dead WHERE key = 'k'"));
     PQfinish(c);
 }
@@ -211,7 +204,7 @@ static void test_acknowledgements_queued_at_close_are_committed_in_the_nodes_epo
     }
     CHECK(pg_command(holder, "ROLLBACK"), "let a's lane go");
     pthread_join(t, NULL);
-    long long pending = pending_rows(c, "k");
+    long long pending = pg_pending_rows(c, "k");
     printf("# close returned %s; k: %lld pending after its handler returned 0\n",
            chime_strerror(cl.rc), pending);
     CHECK_EQ(cl.rc, 0);

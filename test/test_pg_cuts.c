@@ -42,13 +42,6 @@ static chime_store *open_relayed(void)
     return s;
 }
 
-static long long pending_rows(PGconn *c, const char *key)
-{
-    char sql[160];
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM chime.pending WHERE key = '%s'", key);
-    return pg_value(c, sql);
-}
-
 /*
  * The server committed the batch, and the connection died before its reply came. The lane cannot
  * tell a commit from a rollback; it must ask the server (its mark: batch.c, resolve) rather than
@@ -65,7 +58,7 @@ static void test_a_commit_whose_reply_is_lost_is_reported_as_it_was_applied(void
     pg_proxy_cut_commit(&proxy, "chime_cancel", 1);
     CHECK_EQ(chime_store_cancel(s, "order-1", 7), 0);
     CHECK_EQ(pg_proxy_cuts(&proxy), 1); /* the path under test was taken */
-    CHECK_EQ(pending_rows(c, "order-1"), 0);
+    CHECK_EQ(pg_pending_rows(c, "order-1"), 0);
     CHECK_EQ(chime_store_cancel(s, "order-1", 7), -ENOENT);
 
     /* A put the same way: recorded once, and fires once, as a first attempt. */
@@ -105,7 +98,7 @@ static void test_a_server_that_stops_answering_is_given_up_on(void)
     pg_proxy_stall_commit(&proxy, "chime_put", 1);
     CHECK_EQ(chime_store_put(s, "order-3", 7, "cancel", 6, wall_ns() + 3600 * SEC), 0);
     CHECK_EQ(pg_proxy_stalls(&proxy), 1); /* the path under test was taken */
-    CHECK_EQ(pending_rows(c, "order-3"), 1);
+    CHECK_EQ(pg_pending_rows(c, "order-3"), 1);
     CHECK_EQ(chime_store_cancel(s, "order-3", 7), 0); /* it was reported as it is */
 
     pg_proxy_stall_commit(&proxy, "chime_fire", 1);
@@ -117,7 +110,7 @@ static void test_a_server_that_stops_answering_is_given_up_on(void)
     CHECK_EQ(f.due, due);
     pg_wait_idle(s, direct);
     CHECK_EQ(chime_store_sync(s), 0); /* the acknowledgement committed */
-    CHECK_EQ(pending_rows(c, "order-4"), 0);
+    CHECK_EQ(pg_pending_rows(c, "order-4"), 0);
     CHECK_EQ(atomic_load(&rec.early), 0);
     CHECK_EQ(chime_store_close(s), 0);
     atomic_store(&chime__pg_silence_ns, silence);
@@ -239,7 +232,7 @@ static void random_cuts(enum chime_sync sync)
     PGconn *c = pg_connect_or_die(direct);
     for (int k = 0; k < FAR_KEYS; k++) {
         snprintf(key, sizeof key, "far-%d", k);
-        long long rows = pending_rows(c, key);
+        long long rows = pg_pending_rows(c, key);
         CHECK(rows == (long long)pending[k], "%s: %lld pending rows, the calls said %d", key, rows,
               pending[k]);
         CHECK_EQ(recorder_count_key(&rec, key), 0);
@@ -319,7 +312,7 @@ static void test_a_commit_cut_by_a_server_crash_is_not_resolved_by_a_reused_xid(
     pg_proxy_hold(&proxy, 0);
     pthread_join(t, NULL);
     chime__pg_commit_hook = NULL;
-    long long rows = pending_rows(c, "lost");
+    long long rows = pg_pending_rows(c, "lost");
     CHECK(p.rc == 0 && rows == 1, "put returned %s; the database holds %lld pending rows of it",
           chime_strerror(p.rc), rows);
     PQfinish(c);

@@ -81,13 +81,6 @@ static void commit_then_restart(struct call *k, pthread_t *t)
     CHECK_EQ(pg_cluster_restart(&cluster), 0);
 }
 
-static long long pending_rows(PGconn *c, const char *key)
-{
-    char sql[160];
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM chime.pending WHERE key = '%s'", key);
-    return pg_value(c, sql);
-}
-
 /* Close both (b may be NULL); what a node held goes with it, also after a restart cut its
  * connections: its shards, its row, its lanes' marks of tries (not their fences, kept a day). */
 static void close_both(PGconn *c, chime_store *a, chime_store *b)
@@ -115,13 +108,13 @@ static void test_a_put_committed_before_a_restart_is_not_applied_again(void)
     pthread_t t;
     commit_then_restart(&put, &t);
     PGconn *c = pg_connect_or_die(direct);
-    CHECK_EQ(pending_rows(c, "order-1"), 1);
+    CHECK_EQ(pg_pending_rows(c, "order-1"), 1);
     chime_store *b = open_node(direct, "b");
     CHECK_EQ(chime_store_cancel(b, "order-1", 7), 0);
     pg_proxy_hold(&proxy, 0);
     pthread_join(t, NULL);
     CHECK_EQ(put.rc, 0);
-    long long pending = pending_rows(c, "order-1");
+    long long pending = pg_pending_rows(c, "order-1");
     long long rows = pg_value(c, "SELECT count(*) FROM chime.timers WHERE key = 'order-1'");
     CHECK(pending == 0 && rows == 1,
           "after a cancel that returned 0: %lld pending, %lld rows (the put ran twice)", pending,
@@ -145,11 +138,11 @@ static void test_a_cancel_committed_before_a_restart_reports_it(void)
     pthread_t t;
     commit_then_restart(&cancel, &t);
     PGconn *c = pg_connect_or_die(direct);
-    CHECK_EQ(pending_rows(c, "order-2"), 0);
+    CHECK_EQ(pg_pending_rows(c, "order-2"), 0);
     pg_proxy_hold(&proxy, 0);
     pthread_join(t, NULL);
     CHECK(cancel.rc == 0, "a cancel that took effect returned %s", chime_strerror(cancel.rc));
-    CHECK_EQ(pending_rows(c, "order-2"), 0);
+    CHECK_EQ(pg_pending_rows(c, "order-2"), 0);
     close_both(c, a, NULL);
     finish(c);
 }
@@ -216,7 +209,7 @@ static void test_a_put_cut_by_a_backend_crash_is_run_again(void)
         next = pg_value(c, "SELECT pg_current_xact_id()::text::bigint");
     pg_proxy_hold(&proxy, 0);
     pthread_join(t, NULL);
-    long long rows = pending_rows(c, "order-3");
+    long long rows = pg_pending_rows(c, "order-3");
     CHECK(put.rc == 0 && rows == 1, "put returned %s; the database holds %lld pending rows of it",
           chime_strerror(put.rc), rows);
     CHECK_EQ(pg_value(c, "SELECT count(*) FROM chime.marks WHERE fence"), 1);
@@ -244,7 +237,7 @@ static void test_an_ask_whose_reply_is_lost_gets_the_same_answer(void)
     put_big(&put);
     CHECK_EQ(pg_proxy_stalls(&proxy), 1); /* the paths under test were taken */
     CHECK_EQ(pg_proxy_cuts(&proxy), 1);
-    long long rows = pending_rows(c, "order-4");
+    long long rows = pg_pending_rows(c, "order-4");
     CHECK(put.rc == 0 && rows == 1, "put returned %s; the database holds %lld pending rows of it",
           chime_strerror(put.rc), rows);
     /* The housekeeper trims the marks of tries, never a fence (a poll on its work, as below). */

@@ -360,7 +360,8 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
  * durable that the database never had, the second time with the start time unchanged). Before the
  * marks the batch ran again after a restart, and a put that had committed was applied twice,
  * undoing a cancel another node made of its key in between (found in review). test_pg_cuts and
- * test_pg_restart have each case. */
+ * test_pg_restart have each case. The try's session, if the server still has it, is ended first
+ * (conn.c, STALE SESSIONS), so that the ask does not wait on it for long. */
 static int resolve(struct pg_lane *l)
 {
     char tok[24], lane[12], mark[24];
@@ -368,7 +369,14 @@ static int resolve(struct pg_lane *l)
     snprintf(lane, sizeof lane, "%d", l->index);
     snprintf(mark, sizeof mark, "%" PRIu64, l->mark);
     const char *v[] = { tok, lane, l->b->node, mark };
+    int try_pid = l->conn.stale_pid; /* the try's session: the next connect ends it (conn.c) */
     for (;;) {
+        /* Asked only while the answer is wanted: close gave up on the lane (abandon), or the store
+         * failed. Before, a try's session that the server kept (stuck, or its client's flow lost
+         * behind a proxy) made the ask wait for ever, and close with it (found in review). */
+        /* acquire: pairs with lanes_stop's release, as reconnect's load does */
+        if (atomic_load_explicit(&l->abandon, memory_order_acquire) || chime__pg_error(l->b))
+            return -EIO;
         if (!l->conn.c && chime__pg_reconnect(&l->conn, &l->abandon) != 0)
             return -EIO;
         PGresult *r = NULL;
@@ -379,8 +387,10 @@ static int resolve(struct pg_lane *l)
             return !fence;
         if (rc == PG_LOST)
             chime__pg_disconnect(&l->conn);
+        else if (rc == PG_RETRY && chime__pg_end_session(&l->conn, try_pid) == PG_LOST)
+            chime__pg_disconnect(&l->conn); /* a timeout, the try still in progress: ended again */
         else if (rc == PG_RETRY)
-            pause_ms(10); /* a lock or statement timeout: the try is still in progress */
+            pause_ms(10);
         else
             return -EIO;
     }

@@ -30,6 +30,16 @@
  *     checks that the client is still there while a statement runs, so that a dead node's session
  *     waiting for a lock goes within that time, with the shard rows it holds.
  *   application_name "chime <node> <role>", so that pg_stat_activity says who is who.
+ *   tcp_keepalives_idle 5 s, _interval 2 s, _count 3: the server's side of DEAD PEERS below. A
+ *     session waits for its client without a bound where no timeout above applies: in the middle
+ *     of a pipeline (after a statement, before the Sync that ends it, the session is neither
+ *     idle in a transaction nor running a statement). A node whose machine died there, its
+ *     connection dropped by the network, held its locks (key rows, shard rows FOR KEY SHARE,
+ *     against a takeover) until the server's kernel gave up, two hours by its defaults; now
+ *     about 11 s (found in review).
+ *   synchronous_commit at least local where the database or role has it off: a commit then
+ *     returns before its WAL is flushed, and a put chime reported durable was lost in a server
+ *     crash (found in review). A stronger setting (remote_apply, ...) is kept.
  *
  * DEAD PEERS. A server whose machine dies, or a network that drops everything, closes nothing: a
  * thread waiting for a reply would wait for the kernel's defaults, two hours of TCP keepalive idle
@@ -42,6 +52,15 @@
  * connection is then handled as any other (P6). These are TCP's own checks: they do not catch a
  * server that is alive but stuck, whose kernel still answers (statement_timeout bounds only what
  * the server does run).
+ *
+ * STALE SESSIONS. A connection given up on (lost, or silent: below) may leave its session running
+ * on the server: the network lost the flow but the server's side stays open (a proxy in between
+ * keeps it), or the server is stuck. Such a session keeps its transaction and its locks, and a
+ * lane's fence ask (batch.c, resolve) waited for it for ever, and close with it (found in review).
+ * So the next connect of the same pg_conn ends the session it gave up last, if it is still there
+ * (pg_terminate_backend, matched by pid, role, user and application_name, never the new session
+ * itself). Safe whatever the session was doing: a try that had not sent COMMIT cannot commit, and
+ * one that had is resolved by its mark once the session has ended, either way.
  *
  * SILENT SERVERS. So no thread waits for a reply without a bound of its own: every wait for a
  * result goes through chime__pg_await, which gives up when the server has sent nothing for
@@ -273,9 +292,21 @@ PGconn *chime__pg_connectdb(const char *conninfo, const char *app)
 
 _Atomic int chime__pg_lock_timeout_off;
 
+/* STALE SESSIONS: the statement that ends session pid, with a space before it. Matched by the
+ * user and application_name too, so that a pid the server gave out again to someone else's
+ * session is left alone (and the statement never needs rights this user lacks). */
+static void end_sql(char *out, size_t n, int pid)
+{
+    snprintf(out, n,
+             " SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %d"
+             " AND pid <> pg_backend_pid() AND usename = current_user"
+             " AND application_name = current_setting('application_name');",
+             pid);
+}
+
 int chime__pg_connect(struct pg_conn *pc)
 {
-    char app[128], set[320], *parse_err = NULL;
+    char app[128], set[1024], *parse_err = NULL;
     /* A malformed string is -EINVAL, told by libpq's parser rather than by its message, which is
      * in the application's language (test_pg_locale). */
     PQconninfoOption *parsed = PQconninfoParse(pc->conninfo, &parse_err);
@@ -326,23 +357,47 @@ int chime__pg_connect(struct pg_conn *pc)
         uint64_t lock_ms = clamp_ms(pc->lease_ns / 4000000u); /* see SESSION SETTINGS */
         snprintf(lock, sizeof lock, " SET lock_timeout = %llu;", (unsigned long long)lock_ms);
     }
+    char end[240] = "";
+    if (pc->stale_pid)
+        end_sql(end, sizeof end, pc->stale_pid);
     snprintf(set, sizeof set,
              "SET statement_timeout = 60000; SET idle_in_transaction_session_timeout = %llu;%s%s"
+             " SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2;"
+             " SET tcp_keepalives_count = 3;"
+             " SELECT set_config('synchronous_commit', 'local', false)"
+             " WHERE current_setting('synchronous_commit') = 'off';%s"
              " SET client_min_messages = warning",
-             (unsigned long long)idle_ms, check, lock);
+             (unsigned long long)idle_ms, check, lock, end);
     int rc = chime__pg_run(pc, set, NULL);
-    if (rc != PG_OK)
+    if (rc != PG_OK) {
+        int stale = pc->stale_pid;
+        pc->pid = 0;
         chime__pg_disconnect(pc);
-    return rc == PG_OK ? 0 : PG_LOST;
+        pc->stale_pid = stale; /* still to be ended; this session never ran anything */
+        return PG_LOST;
+    }
+    pc->stale_pid = 0;
+    pc->pid = PQbackendPID(pc->c); /* now: libpq says 0 once the connection is bad */
+    return 0;
 }
 
 void chime__pg_disconnect(struct pg_conn *pc)
 {
-    if (pc->c)
+    if (pc->c) {
+        pc->stale_pid = pc->pid; /* STALE SESSIONS: ended by the next connect */
         PQfinish(pc->c);
+    }
     pc->c = NULL;
     pc->prepared = 0;
 }
+
+int chime__pg_end_session(struct pg_conn *pc, int pid)
+{
+    char sql[240];
+    end_sql(sql, sizeof sql, pid);
+    return chime__pg_run(pc, sql, NULL);
+}
+
 
 int chime__pg_reconnect(struct pg_conn *pc, _Atomic int *stop)
 {

@@ -10,7 +10,9 @@
  *   - this node's marks of tries (batch.c, resolve) but each lane's latest are deleted, every
  *     round (fences stay: statements.h, PG_SQL_MARKS_TRIM);
  *   - the lease history older than 7 days, the rows of nodes dead for a day and the marks a day
- *     old (fences, and the marks of nodes that did not close) are deleted;
+ *     old (fences, and the marks of nodes that did not close) are deleted, at a node's first
+ *     round and every CLEAN_EVERY rounds (only every 30 min of a node's life before: where no
+ *     node lives that long, a crash loop or short jobs, they stayed for ever; found in review);
  *   - the counts chime_store_stats reports, when someone has asked for them in the last 10 s
  *     (a count reads every pending key: not something to do unasked), at most every 500 ms.
  */
@@ -107,7 +109,7 @@ static int house_round(struct chime__backend *b, uint64_t round, uint64_t *ensur
         rc = trim_marks(b);
     if (rc == PG_OK && round % RETIRE_EVERY == RETIRE_EVERY - 1)
         rc = retire(b);
-    if (rc == PG_OK && round % CLEAN_EVERY == CLEAN_EVERY - 1)
+    if (rc == PG_OK && round % CLEAN_EVERY == 0)
         rc = chime__pg_run(&b->house_conn,
                            "DELETE FROM chime.leases WHERE acquired < now() - interval '7 days';"
                            " DELETE FROM chime.nodes WHERE expires < now() - interval '1 day';"
