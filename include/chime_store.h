@@ -70,8 +70,11 @@ extern "C" {
  * CHIME_SYNC_EACH a put or cancel returns once its transaction committed (one commit serves every
  * thread waiting on that connection: one per process). A lost connection or a restarted server is
  * retried, not an error: calls wait for it, and a call whose commit was cut off from its reply
- * (also by a server crash or restart) reports what the database did, once. -EIO then means the
- * database rejected chime's statements (a damaged or foreign schema). docs/design.md, "Durable
+ * (also by a server crash or restart) reports what the database did, once, if it can ask within
+ * half a day of the commit. -EIO then means the database rejected chime's statements (a damaged
+ * or foreign schema), or that a commit's outcome could not be asked in time (the database away,
+ * or the process paused, that long): as after a failed fsync, that call may or may not have taken
+ * effect, and the store has failed. docs/design.md, "Durable
  * timers on PostgreSQL", says more; the fields are in struct chime_store_config.
  */
 

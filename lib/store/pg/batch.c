@@ -16,6 +16,16 @@
 
 void (*chime__pg_commit_hook)(void);
 
+_Atomic uint64_t chime__pg_ask_within_ns = UINT64_C(12) * 3600 * 1000000000;
+
+/* CLOCK_BOOTTIME: a machine suspended meanwhile counts, as the database's clock does. */
+static uint64_t boot_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 _Static_assert(PG_BATCH < PG_VERSION_ROWS, "a statement's rows are numbered within one version base");
 
 enum { ST_MARK, ST_PUT, ST_RETRY, ST_CANCEL, ST_ACK, ST_BURY, ST_REQUEUE, ST_DROP, ST_UNFIRE,
@@ -312,6 +322,7 @@ static int attempt(struct pg_lane *l, uint64_t *xid, int *commit_sent, PGresult 
              * Marked sent, a lost connection is resolved by the try's mark (resolve) instead of
              * being retried blindly, which would apply the batch twice. */
             *commit_sent = failed == PG_OK;
+            l->commit_at = boot_ns(); /* resolve's bound counts from here */
             ok = PQsendQueryParams(c, failed == PG_OK ? "COMMIT" : "ROLLBACK", 0, NULL, NULL, NULL,
                                    NULL, 0) &&
                  PQpipelineSync(c);
@@ -370,15 +381,35 @@ static int resolve(struct pg_lane *l)
     snprintf(mark, sizeof mark, "%" PRIu64, l->mark);
     const char *v[] = { tok, lane, l->b->node, mark };
     int try_pid = l->conn.stale_pid; /* the try's session: the next connect ends it (conn.c) */
+    /* relaxed: a bound read once, set by tests before the store opens */
+    uint64_t since = l->commit_at, within = atomic_load_explicit(&chime__pg_ask_within_ns,
+                                                               memory_order_relaxed);
+    long backoff_ms = 10; /* between tries to connect, as chime__pg_reconnect's */
     for (;;) {
+        /* The marks are deleted a day old (house.c), the try's own with them: asked later than
+         * that, a committed try would read as not committed, and run again (found in review).
+         * Half a day after its COMMIT went out (a database away that long, or this process
+         * paused), the lane no longer asks: the outcome is unknown, and the store fails rather
+         * than guess. */
+        if (boot_ns() - since >= within)
+            return -EIO;
         /* Asked only while the answer is wanted: close gave up on the lane (abandon), or the store
          * failed. Before, a try's session that the server kept (stuck, or its client's flow lost
          * behind a proxy) made the ask wait for ever, and close with it (found in review). */
         /* acquire: pairs with lanes_stop's release, as reconnect's load does */
         if (atomic_load_explicit(&l->abandon, memory_order_acquire) || chime__pg_error(l->b))
             return -EIO;
-        if (!l->conn.c && chime__pg_reconnect(&l->conn, &l->abandon) != 0)
-            return -EIO;
+        if (!l->conn.c) { /* one try a round, so that the bounds above are looked at */
+            int c = chime__pg_connect(&l->conn);
+            if (c != 0 && c != PG_LOST)
+                return -EIO;
+            if (c != 0) {
+                pause_ms(backoff_ms);
+                backoff_ms = backoff_ms < 250 ? backoff_ms * 2 : 250;
+                continue;
+            }
+            backoff_ms = 10;
+        }
         PGresult *r = NULL;
         int rc = chime__pg_exec_text(&l->conn, PG_SQL_FENCE, 4, v, &r);
         int fence = rc == PG_OK && PQntuples(r) == 1 ? PQgetvalue(r, 0, 0)[0] == 't' : -1;

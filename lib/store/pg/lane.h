@@ -45,6 +45,7 @@ struct pg_lane {
     int started;
     struct pg_conn conn;           /* the lane thread's alone */
     uint64_t mark;                 /* the number of the lane's last try of a batch (P6) */
+    uint64_t commit_at;            /* CLOCK_BOOTTIME when that try's COMMIT went out */
     pthread_mutex_t lock;          /* the queue and the counters below */
     pthread_cond_t work;           /* the lane thread waits here for operations */
     struct pg_op *head, *tail;

@@ -366,6 +366,10 @@ extern _Atomic int chime__pg_lock_timeout_off;
  * the reply is read (an ambiguous commit from here on). */
 extern void (*chime__pg_commit_hook)(void);
 
+/* batch.c: how long after its COMMIT a lane still asks whether its try committed (default 12 h,
+ * half the day its mark is kept: house.c's daily clean). Tests lower it. */
+extern _Atomic uint64_t chime__pg_ask_within_ns;
+
 /* lease.c. Tests only: called by the lease thread between a renewal's check that its belief still
  * holds and the compare-and-swap that extends it. */
 extern void (*chime__pg_renew_hook)(struct chime__backend *b, unsigned shard);
