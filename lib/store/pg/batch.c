@@ -381,7 +381,7 @@ static int resolve(struct pg_lane *l)
     snprintf(mark, sizeof mark, "%" PRIu64, l->mark);
     const char *v[] = { tok, lane, l->b->node, mark };
     int try_pid = l->conn.stale_pid; /* the try's session: the next connect ends it (conn.c) */
-    /* relaxed: a bound read once, set by tests before the store opens */
+    /* relaxed: a bound read once per ask; only tests change it */
     uint64_t since = l->commit_at, within = atomic_load_explicit(&chime__pg_ask_within_ns,
                                                                memory_order_relaxed);
     long backoff_ms = 10; /* between tries to connect, as chime__pg_reconnect's */

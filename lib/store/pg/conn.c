@@ -58,9 +58,10 @@
  * keeps it), or the server is stuck. Such a session keeps its transaction and its locks, and a
  * lane's fence ask (batch.c, resolve) waited for it for ever, and close with it (found in review).
  * So the next connect of the same pg_conn ends the session it gave up last, if it is still there
- * (pg_terminate_backend, matched by pid, role, user and application_name, never the new session
- * itself). Safe whatever the session was doing: a try that had not sent COMMIT cannot commit, and
- * one that had is resolved by its mark once the session has ended, either way.
+ * (pg_terminate_backend, matched by pid, user and application_name, which names the node and the
+ * role; never the new session itself). Safe whatever the session was doing: a try that had not
+ * sent COMMIT cannot commit, and one that had is resolved by its mark once the session has ended,
+ * either way.
  *
  * SILENT SERVERS. So no thread waits for a reply without a bound of its own: every wait for a
  * result goes through chime__pg_await, which gives up when the server has sent nothing for
@@ -397,7 +398,6 @@ int chime__pg_end_session(struct pg_conn *pc, int pid)
     end_sql(sql, sizeof sql, pid);
     return chime__pg_run(pc, sql, NULL);
 }
-
 
 int chime__pg_reconnect(struct pg_conn *pc, _Atomic int *stop)
 {

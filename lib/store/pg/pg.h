@@ -174,8 +174,8 @@ int chime__pg_pipeline_sync(struct pg_conn *pc);
  * *out (if given) receives the last result on PG_OK. */
 int chime__pg_run(struct pg_conn *pc, const char *sql, PGresult **out);
 /* How long a server may send nothing while a reply is owed (default 90 s). Tests lower it once
- * their store is open (a slow first reply would fail the open itself: found in CI under TSan);
- * nothing else writes it. Each wait reads it once, as it begins. */
+ * their store is open (a slow first reply would fail the open itself); nothing else writes it.
+ * Each wait reads it once, as it begins. */
 extern _Atomic uint64_t chime__pg_silence_ns;
 /* The bytes of keys and payloads a lane's batch holds at most, beyond its first operation (default
  * PG_BATCH_BYTES). Tests raise it before they open a store; nothing else writes it. */
