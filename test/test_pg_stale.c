@@ -170,7 +170,7 @@ static void *put_small(void *arg)
  * A lane whose COMMIT reply was lost asks its try's mark, which the housekeepers delete a day
  * after (house.c): asked later, a committed try read as not committed and ran again (found in
  * review: a put applied twice, after a cancel of its key had returned 0). So the lane asks for
- * half a day at most (chime__pg_ask_within_ns, 1 s here); past that the outcome is unknown, the
+ * half a day at most (chime__pg_ask_within_ns, 3 s here); past that the outcome is unknown, the
  * call returns -EIO and the store fails. Here the server is stopped right after it committed the
  * put (the relay withholds the reply), for longer than the bound: the put returns -EIO, not 0
  * once the server is back. Without the bound it waits for the server, which the test starts only
@@ -183,7 +183,7 @@ static void test_a_lane_does_not_ask_past_its_marks_age(void)
     int rc = pg_open_node(&a, relayed, "a", &rec, 10 * SEC, 0);
     CHECK(rc == 0, "open: %s", chime_strerror(rc));
     uint64_t silence = atomic_exchange(&chime__pg_silence_ns, 1 * SEC);
-    uint64_t within = atomic_exchange(&chime__pg_ask_within_ns, 1 * SEC);
+    uint64_t within = atomic_exchange(&chime__pg_ask_within_ns, 3 * SEC);
     pg_proxy_stall_commit(&proxy, "chime_put", 1);
     struct call put = { a, "order-3", 1 };
     pthread_t t;
@@ -203,6 +203,47 @@ static void test_a_lane_does_not_ask_past_its_marks_age(void)
     pg_proxy_stop(&proxy);
 }
 
+/*
+ * Ending a session given up on is best effort: a user that may not run pg_terminate_backend (its
+ * EXECUTE revoked from PUBLIC, a common hardening, and the user no superuser) gets an error from
+ * it. That error was part of the connect's session settings, so every connect failed for ever
+ * after the first lost connection, and the node's calls hung (found in review). Here user rv owns
+ * the schema, the node's sessions are all ended from outside (as a restart would), and a put must
+ * still return 0: without the fix it waits for ever, and the watchdog fails the test.
+ */
+static void test_a_user_that_may_not_end_sessions_still_reconnects(void)
+{
+    fresh();
+    PGconn *c = pg_connect_or_die(direct);
+    CHECK(pg_command(c, "DO $$BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rv')"
+                        " THEN CREATE ROLE rv LOGIN; END IF; END$$"),
+          "role");
+    CHECK(pg_command(c, "ALTER SCHEMA chime OWNER TO rv"), "schema");
+    CHECK(pg_command(c, "DO $$DECLARE r record; BEGIN FOR r IN SELECT c.oid::regclass AS n,"
+                        " c.relkind FROM pg_class c WHERE c.relnamespace = 'chime'::regnamespace"
+                        " AND c.relkind IN ('r', 'p', 'S', 'v') LOOP"
+                        " EXECUTE format('ALTER %s %s OWNER TO rv', CASE r.relkind WHEN 'S' THEN"
+                        " 'SEQUENCE' WHEN 'v' THEN 'VIEW' ELSE 'TABLE' END, r.n); END LOOP; END$$"),
+          "owners");
+    CHECK(pg_command(c, "REVOKE EXECUTE ON FUNCTION pg_terminate_backend(integer, bigint)"
+                        " FROM PUBLIC"),
+          "revoke");
+    char as_rv[700];
+    snprintf(as_rv, sizeof as_rv, "%s user=rv", direct);
+    chime_store *a = NULL;
+    int rc = pg_open_node(&a, as_rv, "a", &rec, 2 * SEC, 0);
+    CHECK(rc == 0, "open: %s", chime_strerror(rc));
+    CHECK_EQ(chime_store_put(a, "order-4", 7, "x", 1, wall_ns() + 3600 * SEC), 0);
+    CHECK(pg_value(c, "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))"
+                      " FROM pg_stat_activity WHERE usename = 'rv'") > 0,
+          "no session of the node's to end");
+    CHECK_EQ(chime_store_put(a, "order-5", 7, "x", 1, wall_ns() + 3600 * SEC), 0);
+    CHECK_EQ(pg_pending_rows(c, "order-5"), 1);
+    CHECK_EQ(chime_store_close(a), 0);
+    PQfinish(c);
+    pg_proxy_stop(&proxy);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -212,6 +253,8 @@ int main(void)
         { "a_put_survives_a_crash_with_synchronous_commit_off",
           test_a_put_survives_a_crash_with_synchronous_commit_off },
         { "a_lane_does_not_ask_past_its_marks_age", test_a_lane_does_not_ask_past_its_marks_age },
+        { "a_user_that_may_not_end_sessions_still_reconnects",
+          test_a_user_that_may_not_end_sessions_still_reconnects },
     };
     int rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
     recorder_free(&rec);

@@ -380,7 +380,7 @@ static int resolve(struct pg_lane *l)
     snprintf(lane, sizeof lane, "%d", l->index);
     snprintf(mark, sizeof mark, "%" PRIu64, l->mark);
     const char *v[] = { tok, lane, l->b->node, mark };
-    int try_pid = l->conn.stale_pid; /* the try's session: the next connect ends it (conn.c) */
+    struct pg_session tried = l->conn.stale; /* the try's: the next connect ends it (conn.c) */
     /* relaxed: a bound read once per ask; only tests change it */
     uint64_t since = l->commit_at, within = atomic_load_explicit(&chime__pg_ask_within_ns,
                                                                memory_order_relaxed);
@@ -418,7 +418,7 @@ static int resolve(struct pg_lane *l)
             return !fence;
         if (rc == PG_LOST)
             chime__pg_disconnect(&l->conn);
-        else if (rc == PG_RETRY && chime__pg_end_session(&l->conn, try_pid) == PG_LOST)
+        else if (rc == PG_RETRY && chime__pg_end_session(&l->conn, tried) == PG_LOST)
             chime__pg_disconnect(&l->conn); /* a timeout, the try still in progress: ended again */
         else if (rc == PG_RETRY)
             pause_ms(10);

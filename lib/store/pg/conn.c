@@ -58,10 +58,10 @@
  * keeps it), or the server is stuck. Such a session keeps its transaction and its locks, and a
  * lane's fence ask (batch.c, resolve) waited for it for ever, and close with it (found in review).
  * So the next connect of the same pg_conn ends the session it gave up last, if it is still there
- * (pg_terminate_backend, matched by pid, user and application_name, which names the node and the
- * role; never the new session itself). Safe whatever the session was doing: a try that had not
- * sent COMMIT cannot commit, and one that had is resolved by its mark once the session has ended,
- * either way.
+ * (pg_terminate_backend, matched by pid and start time, which name one session of a server, and by
+ * user; never the new session itself), best effort (chime__pg_end_session). Safe whatever the
+ * session was doing: a try that had not sent COMMIT cannot commit, and one that had is resolved by
+ * its mark once the session has ended, either way.
  *
  * SILENT SERVERS. So no thread waits for a reply without a bound of its own: every wait for a
  * result goes through chime__pg_await, which gives up when the server has sent nothing for
@@ -293,18 +293,6 @@ PGconn *chime__pg_connectdb(const char *conninfo, const char *app)
 
 _Atomic int chime__pg_lock_timeout_off;
 
-/* STALE SESSIONS: the statement that ends session pid, with a space before it. Matched by the
- * user and application_name too, so that a pid the server gave out again to someone else's
- * session is left alone (and the statement never needs rights this user lacks). */
-static void end_sql(char *out, size_t n, int pid)
-{
-    snprintf(out, n,
-             " SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %d"
-             " AND pid <> pg_backend_pid() AND usename = current_user"
-             " AND application_name = current_setting('application_name');",
-             pid);
-}
-
 int chime__pg_connect(struct pg_conn *pc)
 {
     char app[128], set[1024], *parse_err = NULL;
@@ -358,45 +346,61 @@ int chime__pg_connect(struct pg_conn *pc)
         uint64_t lock_ms = clamp_ms(pc->lease_ns / 4000000u); /* see SESSION SETTINGS */
         snprintf(lock, sizeof lock, " SET lock_timeout = %llu;", (unsigned long long)lock_ms);
     }
-    char end[240] = "";
-    if (pc->stale_pid)
-        end_sql(end, sizeof end, pc->stale_pid);
     snprintf(set, sizeof set,
              "SET statement_timeout = 60000; SET idle_in_transaction_session_timeout = %llu;%s%s"
              " SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2;"
              " SET tcp_keepalives_count = 3;"
              " SELECT set_config('synchronous_commit', 'local', false)"
-             " WHERE current_setting('synchronous_commit') = 'off';%s"
-             " SET client_min_messages = warning",
-             (unsigned long long)idle_ms, check, lock, end);
-    int rc = chime__pg_run(pc, set, NULL);
+             " WHERE current_setting('synchronous_commit') = 'off';"
+             " SET client_min_messages = warning;"
+             " SELECT pg_backend_pid(), (extract(epoch FROM backend_start) * 1e6)::int8"
+             " FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+             (unsigned long long)idle_ms, check, lock);
+    PGresult *r = NULL;
+    int rc = chime__pg_run(pc, set, &r);
+    struct pg_session me = { 0, 0 };
+    if (rc == PG_OK && PQntuples(r) == 1) /* now: libpq's PQbackendPID says 0 once it is bad */
+        me = (struct pg_session){ atoi(PQgetvalue(r, 0, 0)), atoll(PQgetvalue(r, 0, 1)) };
+    PQclear(r);
+    if (rc == PG_OK && pc->stale.pid)
+        rc = chime__pg_end_session(pc, pc->stale);
     if (rc != PG_OK) {
-        int stale = pc->stale_pid;
-        pc->pid = 0;
+        struct pg_session stale = pc->stale;
         chime__pg_disconnect(pc);
-        pc->stale_pid = stale; /* still to be ended; this session never ran anything */
+        pc->stale = stale; /* still to be ended; this session never ran anything */
         return PG_LOST;
     }
-    pc->stale_pid = 0;
-    pc->pid = PQbackendPID(pc->c); /* now: libpq says 0 once the connection is bad */
+    pc->session = me;
+    pc->stale = (struct pg_session){ 0, 0 };
     return 0;
 }
 
 void chime__pg_disconnect(struct pg_conn *pc)
 {
     if (pc->c) {
-        pc->stale_pid = pc->pid; /* STALE SESSIONS: ended by the next connect */
+        pc->stale = pc->session; /* STALE SESSIONS: ended by the next connect */
+        pc->session = (struct pg_session){ 0, 0 };
         PQfinish(pc->c);
     }
     pc->c = NULL;
     pc->prepared = 0;
 }
 
-int chime__pg_end_session(struct pg_conn *pc, int pid)
+int chime__pg_end_session(struct pg_conn *pc, struct pg_session s)
 {
-    char sql[240];
-    end_sql(sql, sizeof sql, pid);
-    return chime__pg_run(pc, sql, NULL);
+    if (!s.pid)
+        return PG_OK;
+    /* Matched by its start too, so that a pid the server gave out again is left alone; by user,
+     * so that it needs no right this user may lack beyond EXECUTE on pg_terminate_backend
+     * (PUBLIC's by default). Without that right it fails, logged, and the session is not ended:
+     * best effort, never a reason not to connect (found in review: the connect failed for ever). */
+    char sql[300];
+    snprintf(sql, sizeof sql,
+             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %d"
+             " AND (extract(epoch FROM backend_start) * 1e6)::int8 = %lld"
+             " AND usename = current_user AND pid <> pg_backend_pid()",
+             s.pid, s.start);
+    return chime__pg_run(pc, sql, NULL) == PG_LOST ? PG_LOST : PG_OK;
 }
 
 int chime__pg_reconnect(struct pg_conn *pc, _Atomic int *stop)

@@ -136,9 +136,11 @@ struct pg_conn {
     const char *node;
     uint64_t lease_ns;         /* for the session's timeouts */
     int prepared;              /* bit per prepared statement (the caller's numbering) */
-    int pid;                   /* the server process of this session (0: none) */
-    int stale_pid;             /* the server process of the session given up last (conn.c,
-                                  STALE SESSIONS), ended by the next connect; 0: none */
+    struct pg_session {        /* a server session: its process and when it began (us) */
+        int pid;               /* 0: none */
+        long long start;
+    } session, stale;          /* this one's; the one given up last (conn.c, STALE SESSIONS),
+                                  ended by the next connect */
 };
 
 /* PQconnectdbParams with conninfo over the defaults for a lost server (conn.c, DEAD PEERS), and
@@ -146,9 +148,9 @@ struct pg_conn {
 PGconn *chime__pg_connectdb(const char *conninfo, const char *app);
 int chime__pg_connect(struct pg_conn *pc);          /* 0; PG_LOST if unreachable; -EINVAL */
 void chime__pg_disconnect(struct pg_conn *pc);
-/* End server process `pid` if it is a session of this connection's node and role other than this
- * one (conn.c, STALE SESSIONS). PG_OK (whether there was one to end), or PG_*. */
-int chime__pg_end_session(struct pg_conn *pc, int pid);
+/* End session s if the server still has it (conn.c, STALE SESSIONS): best effort, PG_LOST only if
+ * pc's own connection was lost meanwhile, else PG_OK. */
+int chime__pg_end_session(struct pg_conn *pc, struct pg_session s);
 /* Connect again until it works or *stop becomes nonzero (then PG_LOST). Sleeps between tries. */
 int chime__pg_reconnect(struct pg_conn *pc, _Atomic int *stop);
 /* Classify a result (NULL: the connection failed). Logs a fatal error to stderr once. */
