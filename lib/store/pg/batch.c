@@ -384,7 +384,7 @@ static int resolve(struct pg_lane *l)
     /* relaxed: a bound read once per ask; only tests change it */
     uint64_t since = l->commit_at, within = atomic_load_explicit(&chime__pg_ask_within_ns,
                                                                memory_order_relaxed);
-    long backoff_ms = 10; /* between tries to connect, as chime__pg_reconnect's */
+    long delay_ms = 10; /* between tries to connect (chime__pg_connect_or_wait) */
     for (;;) {
         /* The marks are deleted a day old (house.c), the try's own with them: asked later than
          * that, a committed try would read as not committed, and run again (found in review).
@@ -400,15 +400,11 @@ static int resolve(struct pg_lane *l)
         if (atomic_load_explicit(&l->abandon, memory_order_acquire) || chime__pg_error(l->b))
             return -EIO;
         if (!l->conn.c) { /* one try a round, so that the bounds above are looked at */
-            int c = chime__pg_connect(&l->conn);
-            if (c != 0 && c != PG_LOST)
-                return -EIO;
-            if (c != 0) {
-                pause_ms(backoff_ms);
-                backoff_ms = backoff_ms < 250 ? backoff_ms * 2 : 250;
+            int c = chime__pg_connect_or_wait(&l->conn, &delay_ms);
+            if (c == PG_LOST)
                 continue;
-            }
-            backoff_ms = 10;
+            if (c != 0)
+                return -EIO;
         }
         PGresult *r = NULL;
         int rc = chime__pg_exec_text(&l->conn, PG_SQL_FENCE, 4, v, &r);

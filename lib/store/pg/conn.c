@@ -403,6 +403,22 @@ int chime__pg_end_session(struct pg_conn *pc, struct pg_session s)
     return chime__pg_run(pc, sql, NULL) == PG_LOST ? PG_LOST : PG_OK;
 }
 
+int chime__pg_connect_or_wait(struct pg_conn *pc, long *delay_ms)
+{
+    int rc = chime__pg_connect(pc);
+    if (rc != PG_LOST) {
+        *delay_ms = 10;
+        return rc;
+    }
+    /* The server restarts or is unreachable: back off to 250 ms between tries. The store goes on
+     * meanwhile; leases lapse on their own (lease.c) and their shards move on. */
+    struct timespec ts = { 0, *delay_ms * 1000000L };
+    nanosleep(&ts, NULL);
+    if (*delay_ms < 250)
+        *delay_ms *= 2;
+    return PG_LOST;
+}
+
 int chime__pg_reconnect(struct pg_conn *pc, _Atomic int *stop)
 {
     chime__pg_disconnect(pc);
@@ -410,17 +426,9 @@ int chime__pg_reconnect(struct pg_conn *pc, _Atomic int *stop)
     for (;;) {
         if (stop && atomic_load_explicit(stop, memory_order_acquire)) /* pairs with the stopper */
             return PG_LOST;
-        int rc = chime__pg_connect(pc);
-        if (rc == 0)
-            return 0;
+        int rc = chime__pg_connect_or_wait(pc, &delay_ms);
         if (rc != PG_LOST)
             return rc;
-        /* The server restarts or is unreachable: back off to 250 ms between tries. The store goes
-         * on meanwhile; leases lapse on their own (lease.c) and their shards move on. */
-        struct timespec ts = { 0, delay_ms * 1000000L };
-        nanosleep(&ts, NULL);
-        if (delay_ms < 250)
-            delay_ms *= 2;
     }
 }
 

@@ -153,6 +153,10 @@ void chime__pg_disconnect(struct pg_conn *pc);
 int chime__pg_end_session(struct pg_conn *pc, struct pg_session s);
 /* Connect again until it works or *stop becomes nonzero (then PG_LOST). Sleeps between tries. */
 int chime__pg_reconnect(struct pg_conn *pc, _Atomic int *stop);
+/* One try of chime__pg_connect; if it found the server unreachable (PG_LOST), sleep *delay_ms
+ * first and double it, up to 250 ms (start it at 10; a success sets it back). For a caller that
+ * looks at bounds of its own between tries. */
+int chime__pg_connect_or_wait(struct pg_conn *pc, long *delay_ms);
 /* Classify a result (NULL: the connection failed). Logs a fatal error to stderr once. */
 int chime__pg_status(struct pg_conn *pc, const PGresult *r);
 /* Wait, at most until the server has been silent for chime__pg_silence_ns (conn.c, SILENT
