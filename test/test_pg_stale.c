@@ -42,14 +42,14 @@ struct call {
     int rc;
 };
 
-static void *put_big(void *arg)
+/* Node "a" through the relay, then the silence bound lowered to 1 s (its old value returned). */
+static chime_store *open_relayed(uint64_t *silence)
 {
-    static char payload[8000]; /* a Bind over the relay's 4000 bytes */
-    memset(payload, 'p', sizeof payload);
-    struct call *k = arg;
-    k->rc = chime_store_put(k->s, k->key, strlen(k->key), payload, sizeof payload,
-                            wall_ns() + 3600 * SEC);
-    return NULL;
+    chime_store *a = NULL;
+    int rc = pg_open_node(&a, relayed, "a", &rec, 10 * SEC, 0);
+    CHECK(rc == 0, "open: %s", chime_strerror(rc));
+    *silence = atomic_exchange(&chime__pg_silence_ns, 1 * SEC);
+    return a;
 }
 
 /*
@@ -66,20 +66,16 @@ static void *put_big(void *arg)
 static void test_a_try_session_the_server_keeps_is_ended(void)
 {
     fresh();
-    chime_store *a = NULL;
-    int rc = pg_open_node(&a, relayed, "a", &rec, 10 * SEC, 0);
-    CHECK(rc == 0, "open: %s", chime_strerror(rc));
-    uint64_t silence = atomic_exchange(&chime__pg_silence_ns, 1 * SEC);
+    uint64_t silence;
+    chime_store *a = open_relayed(&silence);
     pg_proxy_keep_server(&proxy, 1);
     pg_proxy_stall_bind(&proxy, 4000, 1);
     atomic_store(&commits_sent, 0);
     chime__pg_commit_hook = count_commit;
-    struct call put = { a, "order-1", 1 };
-    pthread_t t;
-    CHECK_EQ(pthread_create(&t, NULL, put_big, &put), 0);
-    pthread_join(t, NULL);
+    static char payload[8000]; /* a Bind over the relay's 4000 bytes */
+    memset(payload, 'p', sizeof payload);
+    CHECK_EQ(chime_store_put(a, "order-1", 7, payload, sizeof payload, wall_ns() + 3600 * SEC), 0);
     chime__pg_commit_hook = NULL;
-    CHECK_EQ(put.rc, 0);
     CHECK_EQ(pg_proxy_stalls(&proxy), 1);           /* the path under test was taken: */
     CHECK(atomic_load(&commits_sent) >= 2, "COMMIT sent %d times", atomic_load(&commits_sent));
     PGconn *c = pg_connect_or_die(direct);
@@ -179,10 +175,8 @@ static void *put_small(void *arg)
 static void test_a_lane_does_not_ask_past_its_marks_age(void)
 {
     fresh();
-    chime_store *a = NULL;
-    int rc = pg_open_node(&a, relayed, "a", &rec, 10 * SEC, 0);
-    CHECK(rc == 0, "open: %s", chime_strerror(rc));
-    uint64_t silence = atomic_exchange(&chime__pg_silence_ns, 1 * SEC);
+    uint64_t silence;
+    chime_store *a = open_relayed(&silence);
     uint64_t within = atomic_exchange(&chime__pg_ask_within_ns, 3 * SEC);
     pg_proxy_stall_commit(&proxy, "chime_put", 1);
     struct call put = { a, "order-3", 1 };
