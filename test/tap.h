@@ -9,9 +9,13 @@
 #ifndef CHIME_TEST_TAP_H
 #define CHIME_TEST_TAP_H
 
+#include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* RUNNING_ON_VALGRIND: nonzero under valgrind, for tests that scale rounds or bounds to its pace. */
@@ -48,16 +52,32 @@ struct tap_test {
 static int tap_current;
 static const char *tap_current_name;
 
+/* A failed check: "not ok" and the reason on stdout (the TAP stream), and the reason on stderr,
+ * which `meson test --print-errorlogs` shows (it parses stdout and does not print it). */
+static inline __attribute__((format(printf, 4, 5))) void tap_fail(const char *file, int line,
+                                                                  const char *cond,
+                                                                  const char *fmt, ...)
+{
+    va_list ap, again;
+    va_start(ap, fmt);
+    va_copy(again, ap);
+    printf("not ok %d - %s\n# %s:%d: %s\n# ", tap_current, tap_current_name, file, line, cond);
+    vprintf(fmt, ap);
+    printf("\n");
+    fflush(stdout);
+    fprintf(stderr, "test %d (%s) failed: %s:%d: %s: ", tap_current, tap_current_name, file, line,
+            cond);
+    vfprintf(stderr, fmt, again);
+    fprintf(stderr, "\n");
+    va_end(again);
+    va_end(ap);
+    exit(1);
+}
+
 #define CHECK(cond, ...)                                                                          \
     do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            printf("not ok %d - %s\n# %s:%d: %s\n# ", tap_current, tap_current_name, __FILE__,    \
-                   __LINE__, #cond);                                                              \
-            printf(__VA_ARGS__);                                                                  \
-            printf("\n");                                                                         \
-            fflush(stdout);                                                                       \
-            exit(1);                                                                              \
-        }                                                                                         \
+        if (!(cond))                                                                              \
+            tap_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                                     \
     } while (0)
 
 /* Each side evaluated once: a call with effects (a cancel) must not run again to print its value. */
@@ -70,14 +90,44 @@ static const char *tap_current_name;
 
 /* A hang is a failure with a name: a test still running after CHIME_TEST_WATCHDOG seconds (default
  * 300, far beyond any test's run even under valgrind) is reported "not ok" and the program ends. It
- * detects deadlocks; it does not judge speed. CHIME_TEST_ONLY=N runs test N alone (the others are
- * reported as skipped). */
+ * detects deadlocks; it does not judge speed. Before it ends, where gdb is installed (CI installs
+ * it) and the program does not run under valgrind, gdb prints every thread's stack on stderr: a
+ * hang that happens once in many runs is then seen where it waited. CHIME_TEST_ONLY=N runs test N
+ * alone (the others are reported as skipped). Only async-signal-safe calls in the handler. */
+static void tap_backtraces(void)
+{
+    static const char gdb[] = "/usr/bin/gdb";
+    if (RUNNING_ON_VALGRIND || access(gdb, X_OK) != 0)
+        return;
+    char pid[24], *p = pid + sizeof pid;
+    *--p = 0;
+    pid_t v = getpid();
+    do
+        *--p = (char)('0' + v % 10);
+    while (v /= 10);
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0); /* Yama: let a child attach to its parent */
+    pid_t child = fork();
+    if (child == 0) {
+        dup2(STDERR_FILENO, STDOUT_FILENO);
+        static char a0[] = "gdb", a1[] = "-batch", a2[] = "-nx", a3[] = "-p", a5[] = "-ex",
+                    a6[] = "thread apply all bt";
+        char *argv[] = { a0, a1, a2, a3, p, a5, a6, NULL };
+        execv(gdb, argv);
+        _exit(127);
+    }
+    if (child > 0)
+        while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
+        }
+}
+
 static void tap_hung(int sig)
 {
     (void)sig;
     static const char msg[] = "not ok - the test in progress hung (watchdog)\n";
     ssize_t w = write(STDOUT_FILENO, msg, sizeof(msg) - 1);
+    w = write(STDERR_FILENO, msg + 9, sizeof(msg) - 10); /* without "not ok - " */
     (void)w;
+    tap_backtraces();
     _exit(1);
 }
 
