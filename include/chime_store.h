@@ -289,7 +289,10 @@ CHIME_API int chime_store_sync(chime_store *s);
  * handlers' outcomes, puts not yet committed), and for that at most three leases (10 s at least),
  * after which it returns -EIO: what was not committed is lost, and the outcomes not recorded fire
  * again. A load waiting for the server gives up, and a dead-letter listing waiting for it returns
- * -ESHUTDOWN.
+ * -ESHUTDOWN. Then close releases the node's shards, which the others take over at once, and its
+ * name, which a new process may open under at once; with the server down or restarting it tries
+ * again for 10 s at most, and not past lease_ns after the node's last heartbeat, when both lapse
+ * anyway.
  * Return: 0; -EINVAL if s is NULL; -EDEADLK if called from one of s's handlers (nothing is done);
  *         -EIO, -ENOSPC, -EBADMSG, -ENOMEM, -EMFILE, -ENFILE if the store had failed (the sticky
  *         error) or the last sync failed (what was reported durable stays durable).

@@ -256,6 +256,55 @@ static void test_close_does_not_wait_for_a_firing_behind_a_held_row(void)
     in_window(close_behind_a_held_row);
 }
 
+/*
+ * Close releases the node's shards and deletes its row (lease.c, chime__pg_lease_release_all), so
+ * that the others take the shards at once and a process restarted under the node's name opens. A
+ * close during a server restart (helper 71's probe: its first connection refused with "the
+ * database system is starting up", 57P03) tried once, released nothing and returned 0: the
+ * shards waited out the lease, and open under the name returned -EBUSY until then. Here the server
+ * is down when close's release first tries, and started once it has failed; the lease (120 s) is
+ * far longer than the restart, so the release must wait for it, and does (for 10 s at most: a
+ * liveness bound, far above a restart's second or so).
+ */
+static _Atomic int release_failures;
+
+static void count_release_failure(struct chime__backend *b)
+{
+    (void)b;
+    atomic_fetch_add(&release_failures, 1);
+}
+
+static void test_a_close_while_the_server_restarts_releases_the_shards_and_the_name(void)
+{
+    fresh(4);
+    struct chime_store_config cfg;
+    pg_node_config(&cfg, conninfo, "a", 120 * SEC, 0);
+    chime_store *a = NULL;
+    CHECK_EQ(pg_open_config(&a, &cfg, &rec), 0);
+    pg_util_stop_server(&cluster, "fast");
+    atomic_store(&release_failures, 0);
+    chime__pg_release_failed_hook = count_release_failure;
+    struct closing cl = { a, 0, 0 };
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, close_in_thread, &cl), 0);
+    while (!atomic_load(&release_failures))
+        sleep_ms(2); /* a poll on the hook's count: the release found the server down */
+    CHECK_EQ(pg_util_start_server(&cluster), 0);
+    pthread_join(t, NULL);
+    chime__pg_release_failed_hook = NULL;
+    CHECK_EQ(cl.rc, 0);
+    PGconn *c = pg_connect_or_die(conninfo);
+    long long owned = pg_value(c, "SELECT count(*) FROM chime.shards WHERE owner IS NOT NULL");
+    long long row = pg_value(c, "SELECT count(*) FROM chime.nodes WHERE node = 'a'");
+    PQfinish(c);
+    printf("# release tried %d times unanswered; then %lld shards owned, %lld rows of node a\n",
+           atomic_load(&release_failures), owned, row);
+    CHECK_EQ(owned, 0);
+    CHECK_EQ(row, 0);
+    CHECK_EQ(pg_open_config(&a, &cfg, &rec), 0); /* its name is free: no -EBUSY */
+    CHECK_EQ(chime_store_close(a), 0);
+}
+
 int main(void)
 {
     static const struct tap_test tests[] = {
@@ -267,6 +316,8 @@ int main(void)
           test_acknowledgements_queued_at_close_are_committed_in_the_nodes_epoch },
         { "close_does_not_wait_for_a_firing_behind_a_held_row",
           test_close_does_not_wait_for_a_firing_behind_a_held_row },
+        { "a_close_while_the_server_restarts_releases_the_shards_and_the_name",
+          test_a_close_while_the_server_restarts_releases_the_shards_and_the_name },
     };
     int rc = pg_tests_main(&cluster, tests, (int)(sizeof tests / sizeof *tests));
     recorder_free(&rec);

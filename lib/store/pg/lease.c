@@ -90,8 +90,10 @@
 #include "store/pg/pg.h"
 
 #define ROUNDS_PER_LEASE 4
+#define RELEASE_WAIT_NS UINT64_C(10000000000) /* close's release waits for the server: see there */
 
 void (*chime__pg_renew_hook)(struct chime__backend *b, unsigned shard);
+void (*chime__pg_release_failed_hook)(struct chime__backend *b);
 
 struct round_state {
     uint64_t round;
@@ -305,6 +307,8 @@ static int lease_round(struct chime__backend *b, struct round_state *rs, uint64_
         fprintf(stderr, "chime: node name %s is taken by another live process\n", b->node);
         chime__pg_fail(b, -EIO);
         rc = PG_FATAL;
+    } else if (rc == PG_OK) {
+        b->beat_sent = sent; /* the node's row and leases expire lease_ns after it, or later */
     }
     int32_t *list = malloc(S * sizeof *list);
     if (rc == PG_OK && !list)
@@ -515,10 +519,15 @@ void chime__pg_lease_stop(struct chime__backend *b)
 /* At close (backend.c), with every other thread stopped: one statement releases every shard the
  * database says is this node's (those whose lease it stopped believing too: nothing of it runs any
  * more), deletes its row, and its lanes' marks of tries (batch.c, resolve; not the fences, kept a
- * day: statements.h, PG_SQL_MARKS_TRIM). A connection found broken at once (cut while idle: a
- * server restart, a failover) is replaced once, so that the others take the shards now rather
- * than after lease_ns; one that went silent is not, so that close waits for a stuck server once
- * (chime__pg_silence_ns), not twice. */
+ * day: statements.h, PG_SQL_MARKS_TRIM). Released, the shards go to the others now and the node's
+ * name is free for its next process (open's -EBUSY), rather than lease_ns after its last heartbeat.
+ * So a connection found broken at once (cut while idle: a server restart, a failover) is replaced,
+ * and a server that refuses connections (down, or "starting up" during a restart: 57P03) is tried
+ * again with the reconnects' back-off (test_pg_close 5), for RELEASE_WAIT_NS at most (a
+ * restart's time; a close during a longer outage must not wait it out: test_pg_cuts 9), and not
+ * past lease_ns after the last heartbeat that committed (all of it has lapsed then). A server that
+ * went silent (a statement or a connect that failed only after a second or more) is not: close
+ * waits for a stuck server once, not again and again. */
 void chime__pg_lease_release_all(struct chime__backend *b)
 {
     static const char sql[] =
@@ -526,15 +535,25 @@ void chime__pg_lease_release_all(struct chime__backend *b)
             " WHERE owner = $1 AND token = $2::int8),"
             " m AS (DELETE FROM chime.marks WHERE token = $2::int8 AND NOT fence)"
             " DELETE FROM chime.nodes WHERE node = $1 AND token = $2::int8";
+    const uint64_t silent = UINT64_C(1000000000), lapse = b->beat_sent + b->lease_ns;
+    const uint64_t wait_end = chime__pg_mono() + RELEASE_WAIT_NS;
+    const uint64_t until = lapse < wait_end ? lapse : wait_end;
     char tok[24], lease[24];
     const char *v[3];
     params3(b, tok, lease, v);
-    for (int tries = 0; tries < 2; tries++) {
+    long delay_ms = 10;
+    for (int tries = 0;; tries++) {
+        if (tries && chime__pg_mono() >= until)
+            break; /* waited long enough, or everything it would release has lapsed */
         uint64_t began = chime__pg_mono();
-        if (!b->lease_conn.c && chime__pg_connect(&b->lease_conn) != PG_OK)
+        int rc = b->lease_conn.c ? PG_OK : chime__pg_connect_or_wait(&b->lease_conn, &delay_ms);
+        if (rc == PG_OK)
+            rc = chime__pg_exec_text(&b->lease_conn, sql, 2, v, NULL);
+        if (rc != PG_LOST)
             break;
-        int rc = chime__pg_exec_text(&b->lease_conn, sql, 2, v, NULL);
-        if (rc != PG_LOST || chime__pg_mono() - began >= UINT64_C(1000000000))
+        if (chime__pg_release_failed_hook)
+            chime__pg_release_failed_hook(b);
+        if (chime__pg_mono() - began >= silent)
             break;
         chime__pg_disconnect(&b->lease_conn);
     }

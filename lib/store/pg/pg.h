@@ -307,6 +307,8 @@ struct chime__backend {
     /* the lease thread (lease.c) */
     pthread_t lease_thread;
     int lease_started;
+    uint64_t beat_sent;           /* monotonic: when the last heartbeat that committed was sent (the
+                                     lease thread's; close reads it after joining the thread) */
     struct pg_conn lease_conn;
     pthread_mutex_t lease_lock;
     pthread_cond_t lease_cond;    /* CLOCK_MONOTONIC */
@@ -379,6 +381,9 @@ extern _Atomic uint64_t chime__pg_ask_within_ns;
 /* lease.c. Tests only: called by the lease thread between a renewal's check that its belief still
  * holds and the compare-and-swap that extends it. */
 extern void (*chime__pg_renew_hook)(struct chime__backend *b, unsigned shard);
+/* lease.c. Tests only: called by close's release (chime__pg_lease_release_all) after each try
+ * that did not reach the database, before it decides whether to try again. */
+extern void (*chime__pg_release_failed_hook)(struct chime__backend *b);
 /* lease.c: the release and the acquisition (not a retake), for test_pg_lease, which runs them while
  * an owner statement waits (P1). */
 extern const char chime__pg_release_sql[];
