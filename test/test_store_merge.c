@@ -265,6 +265,22 @@ static void a_dead_letter_is_found_by_its_version(void)
                   got);
         }
     }
+    /* Zeros over a whole stretch between two index entries, written after the open checked the
+     * run (the disk's damage): a version of that stretch is -EBADMSG, as open calls zeros inside
+     * a run, not "no such dead letter" (the reader stops at zeros that run up to its end). */
+    uint64_t from = written->dmarks[1].off, to = written->dmarks[2].off;
+    static char zeros[1 << 20];
+    CHECK(to - from <= sizeof zeros, "a stretch of %llu bytes", (unsigned long long)(to - from));
+    int rfd = openat(fd, name, O_WRONLY);
+    CHECK(rfd >= 0 && pwrite(rfd, zeros, to - from, (off_t)from) == (ssize_t)(to - from),
+          "zeroing the run");
+    close(rfd);
+    uint64_t v = written->dmarks[1].due;
+    for (int k = 0; k < 2; k++) {
+        int got_z = chime__run_find_dead(both[k], v, found_dead, got);
+        CHECK(got_z == -EBADMSG, "run %d, version %llu in zeros: %d", k, (unsigned long long)v,
+              got_z);
+    }
     chime__run_unref(written);
     chime__run_unref(again);
     close(fd);

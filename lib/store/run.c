@@ -337,6 +337,8 @@ int chime__run_find_dead(struct chime__run *r, uint64_t version,
     }
     if (!err && got < 0)
         err = got;
+    if (!err && got == 0 && rd.off < end)
+        err = -EBADMSG; /* zeros up to `end` inside a run, as chime__run_open calls them */
     chime__reader_free(&rd);
     return err;
 }

@@ -92,7 +92,8 @@ void chime__run_source_free(struct chime__run_source *s);
 /* Find the DEAD record of `version` among r's dead letters (from the last index entry before it)
  * and call found(ctx, record) with it (its key and payload valid during the call).
  * Return: found's value if it was found (found must return nonzero); 0 if r holds no DEAD of that
- * version; -ENOMEM; -EBADMSG or an I/O error if the run could not be read. */
+ * version; -ENOMEM; -EBADMSG if the bytes read are not whole records (zeros included: a run is
+ * written whole), or an I/O error. */
 int chime__run_find_dead(struct chime__run *r, uint64_t version,
                          int (*found)(void *ctx, const struct chime__rec *r), void *ctx);
 
