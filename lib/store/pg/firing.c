@@ -21,6 +21,17 @@
  * a lost connection does, and that one allows an equal attempt (the record may be its own). Found
  * in review: a poll's snapshot taken while a firing was uncommitted armed the timer again once its
  * handler had returned, and the handler ran twice, attempt 1 both times (test_pg_loader).
+ * BUSY KEYS. The statement locks its keys' rows FOR NO KEY UPDATE SKIP LOCKED: a row another
+ * transaction holds (another node's put of the key, an acknowledgement, the session of a process
+ * paused in a transaction, an operator's SELECT ... FOR UPDATE) is not waited for. Its firing is
+ * returned busy (-EBUSY: not recorded, no attempt spent) if the statement's snapshot shows its
+ * version pending in a lease this node holds, and the logic arms it again shortly (fire.c). It
+ * used to wait, and every firing of the node waited with it for as long as the row stayed held (a
+ * lock timeout ran the statement again while the lease lasted). One exception: after a lost reply
+ * ($8 set) the lost run may have recorded those firings and be what still holds them (its session
+ * ends at the next connect: conn.c, STALE SESSIONS). Returned busy, they would be asked for again
+ * without $8 and refused as already recorded, their handler never started in this epoch; so this
+ * call runs the statement again until they are free (test_pg_takeover).
  * The expiry is checked on the row the statement locked, against the statement's start:
  * s.expires > statement_timestamp() in the join (statements.h: the same for ack, bury and retry).
  * A row that only renewals changed since the snapshot is locked FOR KEY SHARE as the snapshot has
@@ -81,12 +92,19 @@ static const char fire_sql[] =
     " WITH ORDINALITY AS f(key, version, attempt, shard, epoch, i)),"
     " s AS MATERIALIZED (SELECT shard, epoch, expires FROM chime.shards"
     " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $6 AND token = $7::int8"
-    " AND expires > now() ORDER BY shard FOR KEY SHARE)"
-    " UPDATE chime.keys k SET attempt = f.attempt, fire_epoch = f.epoch"
+    " AND expires > now() ORDER BY shard FOR KEY SHARE),"
+    " l AS MATERIALIZED (SELECT key FROM chime.keys WHERE key = ANY($1::bytea[])"
+    " FOR NO KEY UPDATE SKIP LOCKED),"
+    " u AS (UPDATE chime.keys k SET attempt = f.attempt, fire_epoch = f.epoch"
     " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch"
     " AND s.expires > statement_timestamp()"
-    " WHERE k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL"
-    " AND (k.fire_epoch <> f.epoch OR k.attempt < f.attempt + $8::int4) RETURNING f.i";
+    " WHERE k.key = f.key AND k.key IN (SELECT key FROM l) AND k.version = f.version"
+    " AND k.end_epoch IS NULL AND (k.fire_epoch <> f.epoch OR k.attempt < f.attempt + $8::int4)"
+    " RETURNING f.i)"
+    " SELECT i, 0::int8 FROM u UNION ALL SELECT f.i, 1::int8 FROM f"
+    " JOIN s ON s.shard = f.shard AND s.epoch = f.epoch AND s.expires > statement_timestamp()"
+    " JOIN chime.keys k ON k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL"
+    " WHERE NOT EXISTS (SELECT 1 FROM l WHERE l.key = f.key)";
 
 static void be64(char out[8], uint64_t v)
 {
@@ -118,12 +136,12 @@ int chime__pg_fire(struct chime__backend *b, struct chime__firing *f, size_t n)
     }
     pthread_mutex_lock(&b->fire_lock);
     for (int tries = 0; !err; tries++) {
-        /* Run again only while the store stays open: behind a key's row that another transaction
-         * holds, a run ends at each lock timeout (conn.c) and would be run again as long as the
-         * lease lasts, and close, which waits for the dispatcher, waited as long as the row stayed
-         * held (found in review). What was not recorded fires at the next owner; a run whose
-         * reply was lost may have recorded it, and the next owner fires it again (attempt + 1).
-         * relaxed: a flag polled; the statuses are this call's own (-ESTALE since the last run). */
+        /* Run again only while the store stays open: after a lost reply, behind keys the lost run
+         * may hold (BUSY KEYS), or a shard's row an acquisition holds, a run may be run again as
+         * long as the lease lasts, and close, which waits for the dispatcher, waited that long
+         * (found in review). What was not recorded fires at the next owner; a run whose reply was
+         * lost may have recorded it, and the next owner fires it again (attempt + 1). relaxed: a
+         * flag polled; the statuses are this call's own (-ESTALE or -EBUSY since the last run). */
         if (tries && atomic_load_explicit(&b->closing, memory_order_relaxed))
             break;
         size_t k = 0;
@@ -176,13 +194,25 @@ int chime__pg_fire(struct chime__backend *b, struct chime__firing *f, size_t n)
             rc = chime__pg_status(pc, r);
         }
         if (rc == PG_OK) {
+            int busy = 0;
             for (int row = 0; row < PQntuples(r); row++) {
                 int64_t i = chime__pg_i64(r, row, 0) - 1;
+                int held = chime__pg_i64(r, row, 1) != 0;
                 if (i >= 0 && (size_t)i < k)
-                    f[index[i]].status = 0;
+                    f[index[i]].status = held ? -EBUSY : 0;
+                busy |= held;
             }
             PQclear(r);
-            break;
+            if (busy && !again[3]) /* a statistic: relaxed */
+                for (size_t i = 0; i < n; i++)
+                    if (f[i].status == -EBUSY)
+                        atomic_fetch_add_explicit(&b->busy, 1, memory_order_relaxed);
+            if (!busy || !again[3])
+                break;
+            /* BUSY KEYS: a lost run may have recorded these, and may be what holds them */
+            struct timespec ts = { 0, 10000000 };
+            nanosleep(&ts, NULL);
+            continue;
         }
         PQclear(r);
         if (rc == PG_LOST) {

@@ -343,6 +343,7 @@ struct chime__backend {
     /* statistics for tests and benchmarks */
     _Atomic uint64_t acquired, lost, released, polls, notified, armed;
     _Atomic uint64_t rounds;      /* lease rounds ended (for tests) */
+    _Atomic uint64_t busy;        /* firings fire() returned busy (firing.c, BUSY KEYS) */
 };
 
 /* backend.c */
