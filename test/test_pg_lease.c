@@ -70,7 +70,11 @@ static void test_a_lapse_seen_between_a_renewals_check_and_its_extension_ends_th
  * whole, although renewals had moved the expiry on meanwhile, and the node held the shard on in the
  * same epoch with the shard's timers unread (test_pg_cluster: a dead node's timers fired 200 s
  * late). The hook holds each of b's takeover reads until the database's clock has passed the
- * expiry the read's snapshot saw; b renews its lease meanwhile (a read takes no lock).
+ * expiry the read's snapshot saw; b renews its lease meanwhile (a read takes no lock). Only the
+ * reads of b's loader thread: b's keeper loads with since NULL too, whenever the wall clock passes
+ * a multiple of horizon / 8 (keeper.c; 450 s by default), and a load held while the loader was
+ * held ran the hook on two threads at once over read_c, which libpq does not allow: each waited,
+ * for ever, for a reply the other had read (a hang seen once in CI).
  */
 static _Atomic(struct chime__backend *) read_b;
 static _Atomic int read_holds;        /* takeover reads held and let go */
@@ -85,14 +89,17 @@ static void wait_db_clock_past(PGconn *c, long long us)
     char sql[160];
     snprintf(sql, sizeof sql,
              "SELECT ((extract(epoch FROM clock_timestamp()) * 1e6)::int8 > %lld)::int", us);
-    while (pg_value(c, sql) != 1)
+    long long v;
+    while ((v = pg_value(c, sql)) != 1) {
+        CHECK(v == 0, "the database's clock could not be read"); /* not a loop for ever */
         sleep_ms(1);
+    }
 }
 
 static void hold_a_takeover_past_its_snapshots_expiry(struct chime__backend *b, const char *since)
 {
-    if (b != atomic_load(&read_b) || since)
-        return; /* another node's read, or a poll */
+    if (b != atomic_load(&read_b) || since || !pthread_equal(pthread_self(), b->loader_thread))
+        return; /* another node's read, a poll, or a load (b's keeper: see above) */
     /* the expiry the cursor's snapshot saw, or a later one (a renewal since) */
     long long until = pg_value(read_c, "SELECT (extract(epoch FROM expires) * 1e6)::int8"
                                        " FROM chime.shards WHERE shard = 0");
@@ -110,11 +117,13 @@ static void test_a_takeover_fetched_after_the_expiry_its_snapshot_saw_still_read
     recorder_init(&rec, NULL);
     read_c = pg_connect_or_die(conninfo);
     chime__pg_read_hook = hold_a_takeover_past_its_snapshots_expiry;
-    /* A lease short enough that the wait stays within idle_in_transaction_session_timeout (1 s),
-     * which would otherwise end the loader's session while its cursor is held. */
+    /* b's lease short enough that the wait stays within idle_in_transaction_session_timeout (1 s),
+     * which would otherwise end the loader's session while its cursor is held. a's long: with
+     * 400 ms, a's renewals late by that much (a loaded machine) let b take shard 0 within its open,
+     * before read_b is set, and the test waited for a hold that never came. */
     uint64_t lease = 400 * MS;
     chime_store *a = NULL, *b = NULL;
-    CHECK_EQ(pg_open_node(&a, conninfo, "a", &rec, lease, 0), 0); /* alone: it holds shard 0 */
+    CHECK_EQ(pg_open_node(&a, conninfo, "a", &rec, 10 * SEC, 0), 0); /* alone: it holds shard 0 */
     char key[32];
     pg_key_in_shard(key, sizeof key, "late", 0, 1);
     CHECK_EQ(chime_store_put(a, key, strlen(key), "x", 1, wall_ns() + 3 * SEC), 0);
@@ -123,6 +132,8 @@ static void test_a_takeover_fetched_after_the_expiry_its_snapshot_saw_still_read
     CHECK_EQ(pg_open_node(&b, conninfo, "b", &rec, lease, 0), 0);
     struct chime__backend *bb = b->b;
     atomic_store(&read_b, bb);
+    CHECK(chime__pg_epoch_of(bb, 0) == 0, /* a's lease lapsed: no takeover would be held */
+          "b took shard 0 within its open, before the hook was set");
     CHECK_EQ(chime_store_close(a), 0); /* releases shard 0: b takes it over */
     while (atomic_load(&read_holds) == 0)
         sleep_ms(5); /* a poll on the hook's count */

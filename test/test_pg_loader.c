@@ -64,7 +64,9 @@ static _Atomic uint64_t reread_polls;
  * returned and its timer has left the table; only then does the poll fetch its rows. */
 static void let_k_fire_under_the_snapshot(struct chime__backend *b, const char *since)
 {
-    if (since || !atomic_exchange(&reread_armed, 0))
+    /* the loader's poll, not a load of the keeper's at a multiple of horizon / 8 (keeper.c) */
+    if (since || !pthread_equal(pthread_self(), b->loader_thread) ||
+        !atomic_exchange(&reread_armed, 0))
         return;
     atomic_store(&reread_polls, atomic_load(&b->polls));
     CHECK(pg_command(reread_k, "COMMIT"), "let k's firing through");
@@ -194,8 +196,8 @@ static int stripe_held(chime_store *s, const char *key)
  * stripe and waits behind the put. */
 static void start_the_cycle(struct chime__backend *b, const char *since)
 {
-    (void)b;
-    if (since || !atomic_exchange(&cycle_armed, 0))
+    if (since || !pthread_equal(pthread_self(), b->loader_thread) || /* as above */
+        !atomic_exchange(&cycle_armed, 0))
         return;
     PGconn *c = pg_connect_or_die(conninfo);
     atomic_store(&cycle_loader_pid, pid_of(c, "chime a loader"));
