@@ -17,10 +17,11 @@
  * And 3: an owner statement that meets lock_timeout is run again, not taken for a failure: fire()'s
  * statement waits for its shard's row (held FOR UPDATE, as an acquisition holds it) past it, runs
  * again, and fires once the row is let go (review of session 23's lock_timeout; the statement
- * waited for a key's row then, which it now skips: 4).
- * 4: a firing whose key's row another transaction holds is put off, not waited for, and the node's
- * other firings go on meanwhile (firing.c, BUSY KEYS). fire() waited for the row, and every firing
- * of the node behind it, for as long as the row stayed held.
+ * waited for a key's row then, which it now skips after its lock_timeout: 4).
+ * 4: a firing whose key's row another transaction holds is put off, not waited for beyond the fire
+ * session's lock_timeout, and the node's other firings go on meanwhile (firing.c, BUSY KEYS).
+ * fire() waited for the row, and every firing of the node behind it, for as long as the row
+ * stayed held.
  *
  * Environment: CHIME_PG_LEASE_MS (default 1000), CHIME_PG_TAKEOVER_BOUND_MS (default 5000), as
  * test_pg_cluster reads them; .ci/run sets longer ones under valgrind and TSan, all far below
@@ -162,10 +163,10 @@ static void test_a_firing_that_meets_a_lock_timeout_is_run_again(void)
     struct recorder rec;
     recorder_init(&rec, NULL);
     chime_store *a = NULL;
-    /* lock_timeout a quarter of the lease: 5 s, or 10 s where threads are slow. The shard's row
-     * held holds up the renewals too, and the node's belief lasts 3/4 of the lease from the last
-     * one, up to a round (lease / 4) before the hold: 10 s (20 s) from the hold at the least,
-     * against the due time and one lock timeout, 6 s (13 s). */
+    /* The fire session's lock_timeout is PG_FIRE_LOCK_MS (50 ms). The shard's row held holds up
+     * the renewals too, and the node's belief lasts 3/4 of the lease from the last one, up to a
+     * round (lease / 4) before the hold: 10 s (20 s where threads are slow) from the hold at the
+     * least, against the due time and a few lock timeouts. */
     CHECK_EQ(pg_open_node(&a, conninfo, "a", &rec, (TAP_SLOW ? 40 : 20) * SEC, 0), 0);
     const char *key = "fire-held";
     PGconn *h = pg_connect_or_die(conninfo), *obs = pg_connect_or_die(conninfo);

@@ -96,6 +96,7 @@
 #define PG_SCHEMA_VERSION 4
 #define PG_MIN_LEASE_NS UINT64_C(200000000)
 #define PG_DEFAULT_LEASE_NS UINT64_C(10000000000)
+#define PG_FIRE_LOCK_MS 50u  /* the fire session's lock_timeout (conn.c; firing.c, BUSY KEYS) */
 #define PG_LOCK_PARTITIONS 0x63686d70 /* the advisory lock of partition creation ("chmp") */
 
 static inline uint64_t pg_fence(uint64_t epoch, unsigned shard)
