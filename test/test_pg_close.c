@@ -215,12 +215,11 @@ static void test_acknowledgements_queued_at_close_are_committed_in_the_nodes_epo
 
 /*
  * A firing behind a key's row that another transaction holds (an application's long transaction):
- * fire() ran its statement again at each lock timeout (conn.c) for as long as the node held the
+ * fire() runs its statement again at each lock timeout (conn.c) for as long as the node holds the
  * shard, and close, which waits for the dispatcher, waited as long as the row stayed held (found
- * in review; this test then hung in close). Now the firing is put off (firing.c, BUSY KEYS) and
- * armed again, and close must not wait for it either. It was not recorded: the next owner fires
- * it, attempt 1. The row is held before the firing is recorded, or the scenario runs again with a
- * longer window (store_util.h, in_window).
+ * in review; without the fix this test hangs in close). The firing was not recorded: the next
+ * owner fires it, attempt 1. The row is held before the firing is recorded, or the scenario runs
+ * again with a longer window (store_util.h, in_window).
  */
 static bool close_behind_a_held_row(uint64_t window)
 {
@@ -232,9 +231,11 @@ static bool close_behind_a_held_row(uint64_t window)
     pg_hold_key(holder, "k");
     static const char attempt[] = "SELECT attempt FROM chime.keys WHERE key = 'k'::bytea";
     bool in = pg_value(c, attempt) == 0; /* not recorded yet, and now it cannot be */
-    if (in)
-        while (!atomic_load(&a->b->busy))
-            sleep_ms(2); /* a poll of the backend's count: a's firing of k was put off */
+    if (in) {
+        int pid = session_pid(c, "a", "fire");
+        while (!pg_blocked(c, pid))
+            sleep_ms(2); /* a poll on the server's lock table: a's firing waits for k's row */
+    }
     CHECK_EQ(chime_store_close(a), 0);
     CHECK(pg_command(holder, "ROLLBACK"), "let k's row go");
     if (in) {

@@ -28,13 +28,12 @@ static int pid_of(PGconn *c, const char *app)
     return (int)pg_value(c, sql);
 }
 
-/* A fresh database and node "a" on it (lease_ns 0: the default), once it holds the shard; *c: a
- * connection of the test's. */
-static chime_store *open_owner(PGconn **c, uint64_t lease_ns)
+/* A fresh database and node "a" on it, once it holds the shard; *c: a connection of the test's. */
+static chime_store *open_owner(PGconn **c)
 {
     fresh();
     chime_store *a = NULL;
-    CHECK_EQ(pg_open_node(&a, conninfo, "a", &rec, lease_ns, 0), 0);
+    CHECK_EQ(pg_open_node(&a, conninfo, "a", &rec, 0, 0), 0);
     *c = pg_connect_or_die(conninfo);
     char owner[64] = "";
     while (!pg_owner(*c, 0, owner, sizeof owner) || strcmp(owner, "a"))
@@ -54,14 +53,14 @@ static void cut_loader(PGconn *c)
 /* ---- a read whose snapshot came before a firing, handed over after its handler returned ---- */
 
 static chime_store *reread_s;
-static PGconn *reread_k;           /* holds the shard's row: k's firing waits for it */
+static PGconn *reread_k;           /* holds k's row: k's firing waits for it */
 static _Atomic int reread_armed;   /* the next full read (since NULL) is the one under test */
 static _Atomic int reread_done;
 static _Atomic uint64_t reread_polls;
 
 /* The loader's first poll on its new connection has its snapshot: k's firing is not in it (the
- * firing waits for the shard's row). Let the firing through and wait until its handler has
- * returned and its timer has left the table; only then does the poll fetch its rows. */
+ * firing waits for k's row). Let the firing through and wait until its handler has returned and
+ * its timer has left the table; only then does the poll fetch its rows. */
 static void let_k_fire_under_the_snapshot(struct chime__backend *b, const char *since)
 {
     /* the loader's poll, not a load of the keeper's at a multiple of horizon / 8 (keeper.c) */
@@ -95,20 +94,16 @@ static void *put_blocker(void *arg)
 static bool reread_in(uint64_t window)
 {
     PGconn *c;
-    /* A lease of a minute: the shard's row held holds up the renewals too, for as long as the
-     * scenario takes to set up (seconds under valgrind) */
-    chime_store *a = open_owner(&c, 60 * SEC);
+    chime_store *a = open_owner(&c);
     CHECK_EQ(chime_store_put(a, "blocker", 7, "first", 5, wall_ns() + 7200 * SEC), 0);
     CHECK_EQ(chime_store_put(a, "k", 1, "p", 1, wall_ns() + window), 0);
     reread_s = a;
     reread_k = pg_connect_or_die(conninfo);
-    CHECK(pg_command(reread_k, "BEGIN") &&
-              pg_value(reread_k, "SELECT 1 FROM chime.shards WHERE shard = 0 FOR UPDATE") == 1,
-          "could not hold the shard's row");
+    pg_hold_key(reread_k, "k");
     int fire_pid = pid_of(c, "chime a fire"), lane_pid = pid_of(c, "chime a lane");
     while (!pg_blocked(c, fire_pid) && !recorder_count_key(&rec, "k"))
         sleep_ms(2); /* as above */
-    if (recorder_count_key(&rec, "k")) { /* it fired before the row was held: a longer window */
+    if (recorder_count_key(&rec, "k")) { /* it fired before its row was held: a longer window */
         CHECK(pg_command(reread_k, "COMMIT"), "commit");
         PQfinish(reread_k);
         PQfinish(c);
@@ -226,7 +221,7 @@ static void start_the_cycle(struct chime__backend *b, const char *since)
 static void test_a_partition_made_while_the_loader_arms_does_not_wait_for_its_transaction(void)
 {
     PGconn *c;
-    chime_store *a = open_owner(&c, 0);
+    chime_store *a = open_owner(&c);
     CHECK_EQ(chime_store_put(a, "x", 1, "p", 1, wall_ns() + 600 * SEC), 0);
     cycle_s = a;
     chime__pg_read_hook = start_the_cycle;

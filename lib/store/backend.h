@@ -152,9 +152,7 @@ struct chime__firing {
     uint32_t attempt;        /* the number of this firing (recorded attempt + 1) */
     int status;              /* out: 0 = recorded, start the handler; -ESTALE = the timer is no longer
                                 this process's to fire (cancelled or replaced by another node, or its
-                                fence is stale): drop it without running the handler; -EBUSY = not
-                                recorded, as its key is busy (another transaction holds its row):
-                                fire it again shortly (only a shared backend says so) */
+                                fence is stale): drop it without running the handler */
 };
 
 /* A key's dead letter as dead_read found it, ahead of its requeue. */

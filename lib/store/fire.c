@@ -19,7 +19,7 @@
  * serves a whole batch. A token pays for a handler handed out: one taken whose handler does not
  * start (cancelled or replaced while queued, armed again after a step back, refused by the
  * backend) goes back to the bucket. The bucket bounds the firings recorded; since a firing is
- * recorded up to the lead (below) before its handler starts, the starts are paced as well (rate.c):
+ * recorded up to the lead (below) before its handler starts, the starts are paced as well (pace()):
  * each handler handed out is given the earliest start, at or after its due time, that keeps the
  * starts of any t seconds to rate * t + the bucket's capacity.
  *
@@ -51,7 +51,6 @@
  * the dispatcher's (struct dispatch_buf), on the heap, not on its stack (256 KiB). */
 #define BATCH CHIME__FIRE_BATCH_MAX
 #define NS_PER_S UINT64_C(1000000000)
-#define NS_PER_MS UINT64_C(1000000)
 
 static _Thread_local const struct chime_store *tls_handler_store;
 
@@ -298,7 +297,7 @@ void (*chime__store_rewait_hook)(uint64_t wall);
 static int schedule_handler(struct chime_store *s, struct hot *e)
 {
     uint64_t at = mono_for(s, e->due_ns);
-    if (e->start_mono > at) /* the rate limit's pacing (rate.c) */
+    if (e->start_mono > at) /* the rate limit's pacing (pace) */
         at = e->start_mono;
     if (chime_timer_schedule_at(s->rt, at, run_handler, e, &e->rid) == 0)
         return 0;
@@ -363,13 +362,33 @@ struct dispatch_buf {
     struct chime__firing f[BATCH]; /* their firings, for the backend */
 };
 
-/* When a firing refused for a busy key (-EBUSY) is tried again: 10 ms on, and a quarter of its
- * lateness once that is longer, at most a second: a row held for long is asked about a few times
- * a second, not a hundred. */
-static uint64_t busy_retry_at(uint64_t now, uint64_t due)
+/* The rate limit's bucket holds max(1, rate/100) tokens: the burst chime.h states. */
+static uint64_t bucket_cap(uint64_t rate)
 {
-    uint64_t late = now > due ? (now - due) / 4 : 0, least = 10 * NS_PER_MS;
-    return now + (late < least ? least : late > NS_PER_S ? NS_PER_S : late);
+    return rate / 100 > 1 ? rate / 100 : 1;
+}
+
+/* The rate limit at the handlers' starts (THE DISPATCHER): when, on CLOCK_MONOTONIC, the handler
+ * of a firing just recorded may start, due_ns being wall_now's time mono_now. The bucket lets
+ * firings be recorded at the rate, but a firing is recorded up to the lead before its due time, so
+ * the handlers of the firings recorded during one lead would start together at their due time
+ * (found in review: 5 within 0.06 ms at 100/s, where the bucket holds 1). So the starts are spaced
+ * as a bucket of the same rate and capacity would let them through (the generic cell rate
+ * algorithm): pace_next is the start that the next handler would have at the rate, and a handler
+ * may start up to capacity - 1 spacings before it. In absolute time, so that the time the firings'
+ * commit took does not move one batch's starts closer to the last's. On the real clock, not on
+ * rate_clock (a test's may stand still). The dispatcher's alone. */
+static uint64_t pace(struct chime_store *s, uint64_t due, uint64_t wall_now, uint64_t mono_now)
+{
+    uint64_t rate = s->cfg.max_fires_per_s;
+    uint64_t cap = bucket_cap(rate);
+    /* rounded up: never faster than the rate */
+    uint64_t spacing = rate < NS_PER_S ? (NS_PER_S + rate - 1) / rate : 1;
+    uint64_t early = (cap - 1) * spacing;
+    uint64_t want = mono_now + (due > wall_now ? due - wall_now : 0);
+    uint64_t start = s->pace_next > want + early ? s->pace_next - early : want;
+    s->pace_next = (s->pace_next > start ? s->pace_next : start) + spacing;
+    return start;
 }
 
 /* Record the firings of a batch taken from the queue and hand out their handlers. Return: how many
@@ -421,15 +440,6 @@ static size_t fire_batch(struct chime_store *s, struct dispatch_buf *d, size_t n
         struct hot *e = live[i];
         struct hot_stripe *st = chime__store_stripe(s, e->hash);
         pthread_mutex_lock(&st->lock);
-        if (f[i].status == -EBUSY && !e->waited_for && !e->superseded) {
-            /* Not recorded: another transaction holds its key's row (backend.h). Armed again, so
-             * that one held row does not hold up every firing behind it. With a newer put, cancel
-             * or requeue of the key recorded since it was taken, its version is no longer the key's
-             * pending one, and it is dropped as a stale one would be. */
-            arm_for(s, e, busy_retry_at(now, e->due_ns));
-            pthread_mutex_unlock(&st->lock);
-            continue;
-        }
         if (f[i].status != 0) { /* no longer ours to fire (another node's backend said so) */
             chime__store_unlink(st, e);
             release_successor(s, st, e);
@@ -439,8 +449,7 @@ static size_t fire_batch(struct chime_store *s, struct dispatch_buf *d, size_t n
         }
         e->state = HOT_RUNNING;
         e->attempt = f[i].attempt;
-        e->start_mono =
-                s->cfg.max_fires_per_s ? chime__store_pace(s, e->due_ns, now, now_mono) : 0;
+        e->start_mono = s->cfg.max_fires_per_s ? pace(s, e->due_ns, now, now_mono) : 0;
         atomic_fetch_add_explicit(&s->running, 1, memory_order_relaxed); /* see handler_ended */
         st->fired++;
         started++;
@@ -478,6 +487,34 @@ int chime__store_reschedule_handler(struct chime_store *s, struct hot *e)
     return 1;
 }
 
+static uint64_t (*test_rate_clock)(void); /* chime__store_set_rate_clock */
+
+void chime__store_set_rate_clock(uint64_t (*now)(void))
+{
+    test_rate_clock = now; /* as chime__store_set_clock: before opening, from the opening thread */
+}
+
+/* How many queued timers the rate limit lets start now; *wait_ns until the next token if none. */
+static size_t allowance(struct chime_store *s, size_t want, uint64_t *wait_ns)
+{
+    uint64_t rate = s->cfg.max_fires_per_s;
+    if (!rate)
+        return want;
+    double cap = (double)bucket_cap(rate);
+    uint64_t now = s->rate_clock();
+    s->tokens += (double)(now - s->tokens_at) * (double)rate / 1e9;
+    s->tokens_at = now;
+    if (s->tokens > cap)
+        s->tokens = cap;
+    if (s->tokens < 1.0) {
+        *wait_ns = (uint64_t)((1.0 - s->tokens) * 1e9 / (double)rate) + 1;
+        return 0;
+    }
+    size_t n = (size_t)s->tokens < want ? (size_t)s->tokens : want;
+    s->tokens -= (double)n;
+    return n;
+}
+
 static void *dispatcher_main(void *arg)
 {
     struct chime_store *s = arg;
@@ -491,7 +528,7 @@ static void *dispatcher_main(void *arg)
         }
         uint64_t wait_ns = 0;
         size_t most = s->ops->fire_batch && s->ops->fire_batch < BATCH ? s->ops->fire_batch : BATCH;
-        size_t n = chime__store_allowance(s, s->qlen < most ? s->qlen : most, &wait_ns);
+        size_t n = allowance(s, s->qlen < most ? s->qlen : most, &wait_ns);
         if (!n) {
             /* dwork's clock (lifecycle.c) */
             struct timespec ts = chime__deadline_after(CLOCK_MONOTONIC, wait_ns);
@@ -525,7 +562,9 @@ int chime__store_start_dispatcher(struct chime_store *s)
 {
     if (!s->dbuf && !(s->dbuf = malloc(sizeof(struct dispatch_buf))))
         return -ENOMEM;
-    chime__store_rate_init(s);
+    s->rate_clock = test_rate_clock ? test_rate_clock : mono_ns;
+    s->tokens_at = s->rate_clock();
+    s->tokens = 1.0;
     /* The runtime calls back up to a tick late (0: its default, 1 ms: chime_timer.h). */
     chime__lead_init(&s->lead, s->cfg.runtime.tick_ns ? s->cfg.runtime.tick_ns : UINT64_C(1000000));
     if (pthread_create(&s->dispatcher, NULL, dispatcher_main, s) != 0)

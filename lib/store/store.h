@@ -304,16 +304,8 @@ extern void (*chime__store_rewait_hook)(uint64_t wall);
 /* Test hook: called by open, on the opening thread, with everything started, just before it hands
  * the store out (lifecycle.c). NULL: none. Set before opening. */
 extern void (*chime__store_open_hook)(struct chime_store *s);
-/* rate.c: the rate limit, the dispatcher's alone. rate_init: a full bucket of one token, on the
- * bucket's clock. allowance: how many of `want` queued timers may be taken now; 0 with *wait_ns
- * until the next token. pace: when, on CLOCK_MONOTONIC, the handler of a firing just recorded, due
- * at wall-clock `due`, may start (wall_now is mono_now's time). */
-void chime__store_rate_init(struct chime_store *s);
-size_t chime__store_allowance(struct chime_store *s, size_t want, uint64_t *wait_ns);
-uint64_t chime__store_pace(struct chime_store *s, uint64_t due, uint64_t wall_now,
-                           uint64_t mono_now);
 /* Test hook: the monotonic clock of the rate limit's token bucket for stores opened afterwards
- * (NULL: CLOCK_MONOTONIC), so that a test decides when tokens come (rate.c). The dispatcher's waits
+ * (NULL: CLOCK_MONOTONIC), so that a test decides when tokens come (fire.c). The dispatcher's waits
  * for a token stay on CLOCK_MONOTONIC. */
 void chime__store_set_rate_clock(uint64_t (*now)(void));
 /* Test hook: the next n arms of runtime timers fail, as with no memory (fire.c). */

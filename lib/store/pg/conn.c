@@ -14,9 +14,7 @@
  *     (SIGSTOP) holds row locks, among them FOR KEY SHARE locks on shard rows that a takeover must
  *     lock FOR UPDATE; the server ends such a session within that time, so a takeover waits at
  *     most that long beyond the lease.
- *   lock_timeout max(lease / 4, 1 s), on the owners' sessions (role "lane"; "fire" has its own,
- *     PG_FIRE_LOCK_MS, 50 ms: a firing that waits that long for a row is run again skipping the
- *     rows it cannot lock at once, firing.c, BUSY KEYS, and yields to any cycle itself) only: a
+ *   lock_timeout max(lease / 4, 1 s), on the owners' sessions (roles "lane" and "fire") only: a
  *     node paused while one of its owner statements waits for a key's row that another
  *     transaction holds is not idle but active, and kept the shard rows it had locked until the
  *     wait ended, up to statement_timeout while the key stayed held (found in review;
@@ -345,9 +343,7 @@ int chime__pg_connect(struct pg_conn *pc)
     /* relaxed: a test's switch, set before the nodes it concerns open */
     if (!atomic_load_explicit(&chime__pg_lock_timeout_off, memory_order_relaxed) && pc->role &&
         (!strcmp(pc->role, "lane") || !strcmp(pc->role, "fire"))) {
-        /* see SESSION SETTINGS */
-        uint64_t lock_ms = !strcmp(pc->role, "fire") ? PG_FIRE_LOCK_MS
-                                                     : clamp_ms(pc->lease_ns / 4000000u);
+        uint64_t lock_ms = clamp_ms(pc->lease_ns / 4000000u); /* see SESSION SETTINGS */
         snprintf(lock, sizeof lock, " SET lock_timeout = %llu;", (unsigned long long)lock_ms);
     }
     snprintf(set, sizeof set,

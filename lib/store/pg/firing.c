@@ -21,20 +21,6 @@
  * a lost connection does, and that one allows an equal attempt (the record may be its own). Found
  * in review: a poll's snapshot taken while a firing was uncommitted armed the timer again once its
  * handler had returned, and the handler ran twice, attempt 1 both times (test_pg_loader).
- * BUSY KEYS. A key's row that another transaction holds (another node's put of the key, an
- * acknowledgement, the session of a process paused in a transaction, an operator's SELECT ... FOR
- * UPDATE) is not waited for beyond the fire session's lock_timeout, PG_FIRE_LOCK_MS (conn.c): the
- * statement is then run again as fire_skip_sql, which locks the keys' rows FOR NO KEY UPDATE SKIP
- * LOCKED first and returns a row it could not lock busy (-EBUSY: not recorded, no attempt spent)
- * if its snapshot shows the version pending in a lease this node holds; the logic arms that timer
- * again shortly (fire.c). The statement used to wait, and every firing of the node waited with it
- * for as long as the row stayed held (a lock timeout ran it again while the lease lasted). Not the
- * skipping form every time: its locks cost a WAL record a row, and with it fire_ack ran at 0.55 to
- * 0.7x (pg_bench, 2026-11-30). One exception: after a lost reply ($8 set) the lost run may have
- * recorded the busy firings and be what still holds them (its session ends at the next connect:
- * conn.c, STALE SESSIONS). Returned busy, they would be asked for again without $8 and refused as
- * already recorded, their handler never started in this epoch; so this call runs again until they
- * are free (test_pg_takeover 3 and 4).
  * The expiry is checked on the row the statement locked, against the statement's start:
  * s.expires > statement_timestamp() in the join (statements.h: the same for ack, bury and retry).
  * A row that only renewals changed since the snapshot is locked FOR KEY SHARE as the snapshot has
@@ -100,29 +86,7 @@ static const char fire_sql[] =
     " FROM f JOIN s ON s.shard = f.shard AND s.epoch = f.epoch"
     " AND s.expires > statement_timestamp()"
     " WHERE k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL"
-    " AND (k.fire_epoch <> f.epoch OR k.attempt < f.attempt + $8::int4) RETURNING f.i, 0::int8";
-
-/* The same, skipping the keys' rows it cannot lock at once, which it returns busy (BUSY KEYS). The
- * rows are locked one by one from the batch (LATERAL): PostgreSQL 15 planned a join of the array
- * with chime.keys as a sequential scan, and a generic plan of `k.key IN (SELECT key FROM l)` as a
- * nested loop over l, 100 ms a batch of 1024 against 5. */
-static const char fire_skip_sql[] =
-    "WITH f AS (SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int4[], $4::int4[], $5::int8[])"
-    " WITH ORDINALITY AS f(key, version, attempt, shard, epoch, i)),"
-    " s AS MATERIALIZED (SELECT shard, epoch, expires FROM chime.shards"
-    " WHERE shard = ANY(ARRAY(SELECT DISTINCT shard FROM f)) AND owner = $6 AND token = $7::int8"
-    " AND expires > now() ORDER BY shard FOR KEY SHARE),"
-    " l AS MATERIALIZED (SELECT f.* FROM f, LATERAL (SELECT 1 FROM chime.keys WHERE key = f.key"
-    " FOR NO KEY UPDATE SKIP LOCKED) k),"
-    " u AS (UPDATE chime.keys k SET attempt = l.attempt, fire_epoch = l.epoch"
-    " FROM l JOIN s ON s.shard = l.shard AND s.epoch = l.epoch"
-    " AND s.expires > statement_timestamp()"
-    " WHERE k.key = l.key AND k.version = l.version AND k.end_epoch IS NULL"
-    " AND (k.fire_epoch <> l.epoch OR k.attempt < l.attempt + $8::int4) RETURNING l.i)"
-    " SELECT i, 0::int8 FROM u UNION ALL SELECT f.i, 1::int8 FROM f"
-    " JOIN s ON s.shard = f.shard AND s.epoch = f.epoch AND s.expires > statement_timestamp()"
-    " JOIN chime.keys k ON k.key = f.key AND k.version = f.version AND k.end_epoch IS NULL"
-    " WHERE f.i NOT IN (SELECT i FROM l)";
+    " AND (k.fire_epoch <> f.epoch OR k.attempt < f.attempt + $8::int4) RETURNING f.i";
 
 static void be64(char out[8], uint64_t v)
 {
@@ -145,7 +109,6 @@ int chime__pg_fire(struct chime__backend *b, struct chime__firing *f, size_t n)
     char token[8];
     be64(token, (uint64_t)b->token);
     char again[4] = { 0, 0, 0, 0 }; /* $8: 1 once a run may have committed unseen (FIRE) */
-    int skip = 0;                    /* fire_skip_sql from the next run (BUSY KEYS) */
     /* Counted before chime__pg_holds looks at draining (its comment says why seq_cst); the
      * firings not recorded are counted out below, the others once settled (backend.h, fire). */
     for (size_t i = 0; i < n; i++) {
@@ -155,12 +118,12 @@ int chime__pg_fire(struct chime__backend *b, struct chime__firing *f, size_t n)
     }
     pthread_mutex_lock(&b->fire_lock);
     for (int tries = 0; !err; tries++) {
-        /* Run again only while the store stays open: after a lost reply, behind keys the lost run
-         * may hold (BUSY KEYS), or a shard's row an acquisition holds, a run may be run again as
-         * long as the lease lasts, and close, which waits for the dispatcher, waited that long
-         * (found in review). What was not recorded fires at the next owner; a run whose reply was
-         * lost may have recorded it, and the next owner fires it again (attempt + 1). relaxed: a
-         * flag polled; the statuses are this call's own (-ESTALE or -EBUSY since the last run). */
+        /* Run again only while the store stays open: behind a key's row that another transaction
+         * holds, a run ends at each lock timeout (conn.c) and would be run again as long as the
+         * lease lasts, and close, which waits for the dispatcher, waited as long as the row stayed
+         * held (found in review). What was not recorded fires at the next owner; a run whose
+         * reply was lost may have recorded it, and the next owner fires it again (attempt + 1).
+         * relaxed: a flag polled; the statuses are this call's own (-ESTALE since the last run). */
         if (tries && atomic_load_explicit(&b->closing, memory_order_relaxed))
             break;
         size_t k = 0;
@@ -206,43 +169,27 @@ int chime__pg_fire(struct chime__backend *b, struct chime__firing *f, size_t n)
             nanosleep(&ts, NULL);
             continue;
         }
-        const char *name = skip ? "chime_fire_skip" : "chime_fire";
-        int rc = chime__pg_prepare(pc, skip, name, skip ? fire_skip_sql : fire_sql);
+        int rc = chime__pg_prepare(pc, 0, "chime_fire", fire_sql);
         PGresult *r = NULL;
         if (rc == PG_OK) {
-            r = chime__pg_result(pc, PQsendQueryPrepared(pc->c, name, 8, v, len, fmt, 1));
+            r = chime__pg_result(pc, PQsendQueryPrepared(pc->c, "chime_fire", 8, v, len, fmt, 1));
             rc = chime__pg_status(pc, r);
         }
         if (rc == PG_OK) {
-            int busy = 0;
             for (int row = 0; row < PQntuples(r); row++) {
                 int64_t i = chime__pg_i64(r, row, 0) - 1;
-                int held = chime__pg_i64(r, row, 1) != 0;
                 if (i >= 0 && (size_t)i < k)
-                    f[index[i]].status = held ? -EBUSY : 0;
-                busy |= held;
+                    f[index[i]].status = 0;
             }
             PQclear(r);
-            if (busy && !again[3]) /* a statistic: relaxed */
-                for (size_t i = 0; i < n; i++)
-                    if (f[i].status == -EBUSY)
-                        atomic_fetch_add_explicit(&b->busy, 1, memory_order_relaxed);
-            if (!busy || !again[3])
-                break;
-            /* BUSY KEYS: a lost run may have recorded these, and may be what holds them */
-            struct timespec ts = { 0, 10000000 };
-            nanosleep(&ts, NULL);
-            continue;
+            break;
         }
         PQclear(r);
         if (rc == PG_LOST) {
             chime__pg_disconnect(pc);
             again[3] = 1; /* the lost run may have committed: its own record is no refusal */
-        } else if (rc == PG_FATAL) {
+        } else if (rc == PG_FATAL)
             err = -EIO;
-        } else {
-            skip = 1; /* PG_RETRY, a lock timeout likely: again, past the rows held (BUSY KEYS) */
-        }
         /* PG_RETRY: again; PG_LOST: again on a new connection, for what is still held */
     }
     pthread_mutex_unlock(&b->fire_lock);

@@ -96,7 +96,6 @@
 #define PG_SCHEMA_VERSION 4
 #define PG_MIN_LEASE_NS UINT64_C(200000000)
 #define PG_DEFAULT_LEASE_NS UINT64_C(10000000000)
-#define PG_FIRE_LOCK_MS 50u  /* the fire session's lock_timeout (conn.c; firing.c, BUSY KEYS) */
 #define PG_LOCK_PARTITIONS 0x63686d70 /* the advisory lock of partition creation ("chmp") */
 
 static inline uint64_t pg_fence(uint64_t epoch, unsigned shard)
@@ -344,7 +343,6 @@ struct chime__backend {
     /* statistics for tests and benchmarks */
     _Atomic uint64_t acquired, lost, released, polls, notified, armed;
     _Atomic uint64_t rounds;      /* lease rounds ended (for tests) */
-    _Atomic uint64_t busy;        /* firings fire() returned busy (firing.c, BUSY KEYS) */
 };
 
 /* backend.c */
