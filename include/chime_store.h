@@ -25,7 +25,9 @@ extern "C" {
  *
  * The contract shared by every function below:
  *   - A key (1 to CHIME_STORE_KEY_MAX bytes, compared as bytes) names at most one pending timer. A
- *     put with a pending key replaces its due time and payload: the old one will not fire.
+ *     put with a pending key replaces its due time and payload: the old one will not fire, unless
+ *     its firing was already recorded (from the lead before its due time: see chime_store_cancel),
+ *     in which case its handler still starts and the new one is pending after it.
  *   - Deadlines are wall-clock: CLOCK_REALTIME in nanoseconds since the epoch, because they outlive
  *     the process and the machine's boot. A timer never fires before its due time by the wall clock:
  *     if the clock steps back, nothing fires early; if it steps forward, what became due fires (within
@@ -103,7 +105,9 @@ struct chime_store_config {            /* zero fields mean the defaults */
                                           0 = 1 hour; at least 1 s (smaller values are raised to it) */
     uint64_t max_fires_per_s;          /* handlers started per second at most, in bursts of at most
                                           max(1, rate/100) (a restart after a long outage must not
-                                          flood downstream); 0 = no limit */
+                                          flood downstream); 0 = no limit. The starts are scheduled
+                                          at that pace: a handler that waits for a busy worker
+                                          starts late, and such handlers can start together */
     unsigned max_attempts;             /* firings of one timer at most: a retry asked for after the
                                           last one, or a restart finding the last one unacknowledged,
                                           sends it to the dead letters instead; 0 = 10 */
@@ -253,14 +257,15 @@ CHIME_API int chime_store_put(chime_store *s, const void *key, size_t key_len, c
                               size_t payload_len, uint64_t due_ns);
 
 /*
- * Cancel key's pending timer. Returns 0 exactly when the handler will not start for that key (again):
- * it had not started (a timer that fired and waits for max_fires_per_s has not started). A firing is
- * recorded a lead before its due time, so that its commit is over and the handler can start on time:
- * from then on it is starting, and cannot be cancelled (with max_fires_per_s, its start may come
- * after its due time, up to about the lead plus 1/max_fires_per_s). The lead follows how long the
- * backend's commits take (the longest of the last 10 to 20 s, plus a tick; 50 ms until 10 s of
- * commits have been timed, from the first firing after open): 2 ms on a quick disk, at most 50 ms
- * (chime_store_stats reports it).
+ * Cancel key's pending timer. Returns 0 exactly when the handler of the pending timer will not
+ * start (again): it had not started (a timer that fired and waits for max_fires_per_s has not
+ * started). A firing recorded before a newer put replaced it is not that timer: its handler still
+ * starts. A firing is recorded a lead before its due time, so that its commit is over and the
+ * handler can start on time: from then on it is starting, and cannot be cancelled (with
+ * max_fires_per_s, its start may come after its due time, up to about the lead plus
+ * 1/max_fires_per_s). The lead follows how long the backend's commits take (the longest of the
+ * last 10 to 20 s, plus a tick; 50 ms until 10 s of commits have been timed, from the first firing
+ * after open): 2 ms on a quick disk, at most 50 ms (chime_store_stats reports it).
  * Return: 0 (with CHIME_SYNC_EACH: the cancel is on stable storage, and no crash can undo it);
  *         -ENOENT if key has no pending timer (never put, fired and acknowledged, cancelled, or in the
  *         dead letters); -EINPROGRESS if key's handler is running, or its firing is recorded (from
